@@ -1,0 +1,321 @@
+//! Node configuration: built-in defaults ← `config/agora.toml` (or `--config`)
+//! ← `AGORA_…` environment variables (nested keys as `AGORA_SECTION__KEY`) ←
+//! command-line flags. Every key and its default is documented in
+//! `config/agora.toml`; a bad value stops start-up with the key named.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// The default configuration, embedded so a fresh checkout runs with no files.
+pub const DEFAULT_TOML: &str = include_str!("../../config/agora.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Figment(#[from] Box<figment::Error>),
+    #[error("configuration key `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, message: message.into() }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The shared HTTP listener for every transport without its own.
+    pub listen: String,
+    /// Folder for sled state, the compile cache and (by default) plugins.
+    pub data_dir: PathBuf,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub plugins: PluginsConfig,
+    pub http: HttpConfig,
+    pub tools: ToolsConfig,
+    pub outbound: OutboundConfig,
+    pub store: StoreConfig,
+    pub identity: IdentityConfig,
+    pub agora: AgoraConfig,
+    pub envelopes: EnvelopesConfig,
+    pub uagents: UagentsConfig,
+    pub arena: ArenaConfig,
+    pub hai: HaiConfig,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Folder of `.wasm` plugins to serve; empty means `{data_dir}/plugins`.
+    pub dir: PathBuf,
+    /// Compiled-artifact cache; empty means `{data_dir}/cache`.
+    pub cache_dir: PathBuf,
+    /// Largest `.wasm` file accepted.
+    pub max_file_mb: u64,
+    /// Linear memory one instance may grow to.
+    pub max_memory_mb: u64,
+    /// Wasm execution time one call may use (host waits, like approvals, do not count).
+    pub call_timeout_ms: u64,
+    /// Largest reply a plugin may return.
+    pub max_output_bytes: usize,
+    /// Events one call may emit, and the largest one.
+    pub max_events_per_call: u32,
+    pub max_event_bytes: usize,
+    /// Plugin instances alive at once across the node (the pooling allocator's size).
+    pub max_instances: u32,
+    /// Plugin calls in flight; callers beyond wait at most `queue_timeout_ms`, then get "overloaded".
+    pub max_concurrent_calls: usize,
+    pub queue_timeout_ms: u64,
+    /// Quiet period after a file change before it is reloaded.
+    pub reload_debounce_ms: u64,
+    /// How deep tool calls may nest (a tool calling a tool…).
+    pub max_tool_depth: u32,
+    /// Key-value store bounds per plugin.
+    pub max_kv_key_bytes: usize,
+    pub max_kv_value_bytes: usize,
+    /// Bytes of a plugin's stdout/stderr copied to the log per call.
+    pub max_stdio_bytes: usize,
+    /// Plugin source crates `agora-node dev` rebuilds on save.
+    pub sources_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    pub max_body_bytes: usize,
+    pub request_timeout_ms: u64,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Tools at or above this risk need a human's approval: low, medium, high, critical.
+    pub approval_threshold: String,
+    pub approval_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboundConfig {
+    /// Hosts (`host` or `host:port`) plugins and the node may call.
+    pub allowed_hosts: Vec<String>,
+    pub timeout_ms: u64,
+    pub max_response_bytes: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// How often expired entries are swept.
+    pub sweep_interval_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Ed25519 key file (`agora-node keygen`); empty means `{data_dir}/node.key`, created on first start.
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgoraConfig {
+    pub enabled: bool,
+    /// Own listener for this transport; empty shares `listen`.
+    pub listen: String,
+    pub path: String,
+    pub conversation_ttl_secs: u64,
+    /// Plugin (by name) serving requests without a protocol; empty picks the one whose manifest says `default-agora`.
+    pub default_plugin: String,
+    /// Speak the reference library's dialect (`{"status":"error","message":…}`, root path `/`).
+    pub reference_dialect: bool,
+    /// Hosts `protocolSources` URLs may be fetched from; none by default.
+    pub source_hosts: Vec<String>,
+    pub max_sources: usize,
+    pub max_document_bytes: usize,
+    /// Conversations kept per node; the oldest expire first beyond it.
+    pub max_history_entries: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvelopesConfig {
+    pub enabled: bool,
+    pub listen: String,
+    pub path: String,
+    pub max_skew_secs: u64,
+    /// Sender ids allowed to talk to the node; empty allows everyone.
+    pub allowed_senders: Vec<String>,
+    pub rate_limit_per_minute: u32,
+    pub request_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UagentsConfig {
+    pub enabled: bool,
+    pub listen: String,
+    /// Seed phrase of the node's uAgents identity; empty means a key file under data_dir.
+    pub seed: String,
+    /// Endpoint this node advertises in `/agent_info`.
+    pub endpoint: String,
+    /// agent1… address → `http://…/submit` for asynchronous replies.
+    pub peers: BTreeMap<String, String>,
+    pub replay_window_secs: u64,
+    pub delivery_retries: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArenaConfig {
+    pub enabled: bool,
+    pub listen: String,
+    pub path: String,
+    pub agent_id: String,
+    pub jwks_url: String,
+    pub jwks_file: PathBuf,
+    pub stream_url: String,
+    pub max_concurrent: usize,
+    pub audience: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HaiConfig {
+    pub enabled: bool,
+    pub listen: String,
+    pub path: String,
+    pub max_frame_bytes: usize,
+    pub messages_per_minute: u32,
+    pub blocked_words: Vec<String>,
+    pub ping_interval_secs: u64,
+}
+
+/// Values given on the command line; only those set override the layers below.
+#[derive(Debug, Default)]
+pub struct CliOverrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub plugins_dir: Option<PathBuf>,
+}
+
+impl Config {
+    /// Load the layered configuration. `file` replaces `config/agora.toml`.
+    pub fn load(file: Option<&Path>, overrides: &CliOverrides) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(invalid("--config", format!("{} does not exist", path.display())));
+                }
+                figment = figment.merge(Toml::file(path));
+            }
+            None => figment = figment.merge(Toml::file("config/agora.toml")),
+        }
+        figment = figment.merge(Env::prefixed("AGORA_").split("__"));
+        if let Some(listen) = &overrides.listen {
+            figment = figment.merge(Serialized::default("listen", listen));
+        }
+        if let Some(data_dir) = &overrides.data_dir {
+            figment = figment.merge(Serialized::default("data_dir", data_dir));
+        }
+        if let Some(plugins_dir) = &overrides.plugins_dir {
+            figment = figment.merge(Serialized::default("plugins.dir", plugins_dir));
+        }
+        Self::from_figment(figment)
+    }
+
+    /// The embedded defaults only (tests and tools).
+    pub fn defaults() -> Config {
+        Self::from_figment(Figment::from(Toml::string(DEFAULT_TOML)))
+            .expect("the embedded default configuration is valid")
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let mut config: Config = figment.extract().map_err(Box::new)?;
+        config.resolve_paths();
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn resolve_paths(&mut self) {
+        if self.plugins.dir.as_os_str().is_empty() {
+            self.plugins.dir = self.data_dir.join("plugins");
+        }
+        if self.plugins.cache_dir.as_os_str().is_empty() {
+            self.plugins.cache_dir = self.data_dir.join("cache");
+        }
+        if self.identity.key_file.as_os_str().is_empty() {
+            self.identity.key_file = self.data_dir.join("node.key");
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        parse_listen("listen", &self.listen)?;
+        for (key, listen) in [
+            ("agora.listen", &self.agora.listen),
+            ("envelopes.listen", &self.envelopes.listen),
+            ("uagents.listen", &self.uagents.listen),
+            ("arena.listen", &self.arena.listen),
+            ("hai.listen", &self.hai.listen),
+        ] {
+            if !listen.is_empty() {
+                parse_listen(key, listen)?;
+            }
+        }
+        for (key, path) in [
+            ("agora.path", &self.agora.path),
+            ("envelopes.path", &self.envelopes.path),
+            ("arena.path", &self.arena.path),
+            ("hai.path", &self.hai.path),
+        ] {
+            if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                return Err(invalid(key, format!("{path:?} must be an absolute URL path")));
+            }
+        }
+        if self.arena.path == self.agora.path && self.arena.listen == self.agora.listen {
+            return Err(invalid("arena.path", "clashes with agora.path on the same listener"));
+        }
+        if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
+            return Err(invalid("tools.approval_threshold", "must be one of low, medium, high, critical"));
+        }
+        positive("plugins.max_memory_mb", self.plugins.max_memory_mb)?;
+        positive("plugins.call_timeout_ms", self.plugins.call_timeout_ms)?;
+        positive("plugins.max_instances", u64::from(self.plugins.max_instances))?;
+        positive("plugins.max_concurrent_calls", self.plugins.max_concurrent_calls as u64)?;
+        positive("http.max_body_bytes", self.http.max_body_bytes as u64)?;
+        positive("agora.conversation_ttl_secs", self.agora.conversation_ttl_secs)?;
+        if self.plugins.max_memory_mb > 4096 {
+            return Err(invalid("plugins.max_memory_mb", "at most 4096 (a 32-bit linear memory)"));
+        }
+        if !matches!(self.log_level.as_str(), "trace" | "debug" | "info" | "warn" | "error") {
+            return Err(invalid("log_level", "must be one of trace, debug, info, warn, error"));
+        }
+        Ok(())
+    }
+}
+
+fn positive(key: &'static str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 { Err(invalid(key, "must be greater than 0")) } else { Ok(()) }
+}
+
+/// Parse a listen address, naming the key when it is wrong.
+pub fn parse_listen(key: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .parse()
+        .map_err(|_| invalid(key, format!("{value:?} is not an address like 127.0.0.1:8080")))
+}

@@ -1,0 +1,205 @@
+//! `agora-node`: run the node, develop plugins, and talk to other agents.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agora_node::config::{CliOverrides, Config, LogFormat};
+use agora_node::crypto::identity::NodeIdentity;
+use agora_node::transports::agora::client as agora_client;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "agora-node", version, about = "A self-hosted agent node: five agent protocols, logic in hot-reloaded WebAssembly plugins")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    /// Configuration file (replaces config/agora.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Listen address of the shared HTTP listener, e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Data folder (state, cache, key, plugins).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Plugins folder (default: {data_dir}/plugins).
+    #[arg(long)]
+    plugins_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node.
+    Serve(ServeArgs),
+    /// Run the node and rebuild plugin sources into the plugins folder on save.
+    Dev(ServeArgs),
+    /// Plugin authoring.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Protocol documents.
+    #[command(subcommand)]
+    Protocol(ProtocolCommand),
+    /// Write a new Ed25519 node key (PKCS#8 PEM, mode 0600) and print its did:key.
+    Keygen {
+        /// Where to write it.
+        #[arg(long, default_value = "data/node.key")]
+        out: PathBuf,
+        /// Replace an existing key file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Agora two-party JSON client.
+    #[command(subcommand)]
+    Agora(AgoraCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Scaffold a plugin crate that builds and loads as is.
+    New {
+        name: String,
+        /// Folder to create it in.
+        #[arg(long, default_value = "plugins")]
+        dir: PathBuf,
+        /// Language of the plugin.
+        #[arg(long, default_value = "rust")]
+        lang: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProtocolCommand {
+    /// Print a protocol document's SHA1 (hex, as the spec uses, and base64, as agora-protocol uses).
+    Hash { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum AgoraCommand {
+    /// Send a request: BODY is JSON, or plain text sent as a string.
+    Send {
+        url: String,
+        body: String,
+        /// Protocol document to use (its hash and text are sent).
+        #[arg(long)]
+        protocol: Option<PathBuf>,
+        /// Start a multi-round conversation.
+        #[arg(long)]
+        multiround: bool,
+    },
+    /// Continue a conversation.
+    Follow { url: String, conversation: String, body: String },
+    /// End a conversation.
+    Close { url: String, conversation: String },
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},cranelift=warn,wasmtime=warn")));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => builder.init(),
+    }
+}
+
+fn load_config(args: &ServeArgs) -> Result<Config, String> {
+    let overrides =
+        CliOverrides { listen: args.listen.clone(), data_dir: args.data_dir.clone(), plugins_dir: args.plugins_dir.clone() };
+    Config::load(args.config.as_deref(), &overrides).map_err(|e| e.to_string())
+}
+
+async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
+    let config = load_config(&args)?;
+    init_logging(config.log_format, &config.log_level);
+    let identity = NodeIdentity::load_or_create(&config.identity.key_file).map_err(|e| e.to_string())?;
+    tracing::info!(did = %identity.did(), "node identity");
+    let sources = config.plugins.sources_dir.clone();
+    let plugins_dir = config.plugins.dir.clone();
+    let node = agora_node::Node::start(config).await.map_err(|e| e.to_string())?;
+    for addr in node.addresses() {
+        // One line per listener on stdout, for scripts and tests waiting for readiness.
+        println!("agora-node listening on http://{addr}");
+    }
+    if dev {
+        let target = std::path::absolute("target/plugins").map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            if let Err(error) = agora_node::dev::rebuild_loop(sources, target, plugins_dir).await {
+                tracing::error!(%error, "dev mode watcher stopped");
+            }
+        });
+    }
+    node.serve(agora_node::node::shutdown_signal()).await.map_err(|e| e.to_string())
+}
+
+fn body_value(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
+}
+
+async fn agora(command: AgoraCommand) -> Result<(), String> {
+    let timeout = Duration::from_secs(30);
+    let limit = 16 << 20;
+    let reply = match command {
+        AgoraCommand::Send { url, body, protocol, multiround } => {
+            let protocol_document = match protocol {
+                Some(path) => Some(std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?),
+                None => None,
+            };
+            let request = agora_client::ClientRequest { body: body_value(&body), protocol_document, multiround, conversation_id: None };
+            agora_client::send(&url, &request, timeout, limit).await
+        }
+        AgoraCommand::Follow { url, conversation, body } => {
+            let request = agora_client::ClientRequest { body: body_value(&body), conversation_id: Some(conversation), ..Default::default() };
+            agora_client::send(&url, &request, timeout, limit).await
+        }
+        AgoraCommand::Close { url, conversation } => agora_client::close(&url, &conversation, timeout, limit).await,
+    }
+    .map_err(|e| e.to_string())?;
+    let success = reply.success;
+    println!("{}", serde_json::to_string_pretty(&reply.into_value()).unwrap_or_default());
+    if success { Ok(()) } else { Err("the peer answered with a failure".into()) }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve(args) => serve(args, false).await,
+        Command::Dev(args) => serve(args, true).await,
+        Command::Plugin(PluginCommand::New { name, dir, lang }) => {
+            let created = agora_node::scaffold::new_plugin(&name, &dir, &lang).map_err(|e| e.to_string())?;
+            println!("created {}", created.display());
+            println!("build:  cargo build --profile plugin --target wasm32-wasip2 -p {name}");
+            Ok(())
+        }
+        Command::Protocol(ProtocolCommand::Hash { file }) => {
+            let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let hex = agora_node::crypto::protocol_hash(&bytes);
+            println!("{hex}");
+            if let Some(b64) = agora_node::transports::agora::document::hash_as_base64(&hex) {
+                println!("{b64}");
+            }
+            Ok(())
+        }
+        Command::Keygen { out, force } => {
+            let identity = NodeIdentity::generate();
+            identity.write(&out, force).map_err(|e| e.to_string())?;
+            println!("{}", identity.did());
+            Ok(())
+        }
+        Command::Agora(command) => agora(command).await,
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("agora-node: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Prometheus metrics served at `GET /metrics`: plugin calls by transport,
+//! plugin and outcome, their latency, reloads, traps and dropped events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::runtime::InvokeError;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub transport: String,
+    pub plugin: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    pub transport: String,
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+impl OutcomeLabels {
+    pub fn new(outcome: &str) -> Self {
+        OutcomeLabels { outcome: outcome.to_string() }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StreamLabels {
+    pub stream: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub calls: Family<CallLabels, Counter>,
+    pub latency: Family<LatencyLabels, Histogram>,
+    pub reloads: Family<OutcomeLabels, Counter>,
+    pub traps: Family<CallLabels, Counter>,
+    pub events_dropped: Family<StreamLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("agora");
+        let calls = Family::<CallLabels, Counter>::default();
+        let latency = Family::<LatencyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
+        });
+        let reloads = Family::<OutcomeLabels, Counter>::default();
+        let traps = Family::<CallLabels, Counter>::default();
+        let events_dropped = Family::<StreamLabels, Counter>::default();
+        registry.register("plugin_calls", "Plugin calls by transport, plugin and outcome", calls.clone());
+        registry.register("plugin_call_seconds", "Plugin call latency", latency.clone());
+        registry.register("plugin_reloads", "Plugin loads by outcome", reloads.clone());
+        registry.register("plugin_traps", "Plugin calls that trapped, timed out or exceeded a limit", traps.clone());
+        registry.register("events_dropped", "Live events dropped because a stream was behind", events_dropped.clone());
+        Metrics { registry: Arc::new(registry), calls, latency, reloads, traps, events_dropped }
+    }
+
+    pub fn observe_call(&self, transport: &str, plugin: &str, result: &Result<String, InvokeError>, elapsed: Duration) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(InvokeError::Failure { .. }) => "failure",
+            Err(InvokeError::Timeout) => "timeout",
+            Err(InvokeError::MemoryExceeded) => "memory",
+            Err(InvokeError::Trapped(_)) => "trap",
+            Err(InvokeError::OutputTooLarge { .. }) => "output_too_large",
+            Err(InvokeError::Overloaded) => "overloaded",
+        };
+        let labels = CallLabels { transport: transport.into(), plugin: plugin.into(), outcome: outcome.into() };
+        if matches!(outcome, "timeout" | "memory" | "trap" | "output_too_large") {
+            self.traps.get_or_create(&labels).inc();
+        }
+        self.calls.get_or_create(&labels).inc();
+        self.latency
+            .get_or_create(&LatencyLabels { transport: transport.into(), plugin: plugin.into() })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

@@ -1,0 +1,165 @@
+//! The running node: state, plugins, hot reload and the HTTP listeners.
+//!
+//! Every transport shares the main listener unless its section names its own
+//! `listen`; each listener bounds request bodies and time. Shutdown (SIGINT,
+//! SIGTERM) stops accepting, lets in-flight requests finish within
+//! `http.shutdown_grace_ms`, then flushes the store.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::{Config, parse_listen};
+use crate::metrics::Metrics;
+use crate::runtime::{Runtime, watcher};
+use crate::store::Store;
+use crate::transports::{self, NodeState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot open the store in {path}: {source}")]
+    Store { path: String, source: crate::store::StoreError },
+    #[error("cannot start the plugin runtime: {0}")]
+    Runtime(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot watch the plugins folder: {0}")]
+    Watch(#[from] notify::Error),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
+/// A node with its listeners bound, ready to serve.
+pub struct Node {
+    state: NodeState,
+    listeners: Vec<(SocketAddr, TcpListener, Router)>,
+    _watcher: Option<watcher::PluginWatcher>,
+}
+
+impl Node {
+    /// Open the store, load the plugins, start the watcher and bind every listener.
+    pub async fn start(config: Config) -> Result<Node, NodeError> {
+        let config = Arc::new(config);
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display())))?;
+        std::fs::create_dir_all(&config.plugins.dir).map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.plugins.dir.display())))?;
+        let store_dir = config.data_dir.join("state");
+        let store = Store::open(&store_dir).map_err(|source| NodeError::Store { path: store_dir.display().to_string(), source })?;
+        let runtime = Runtime::new(config.clone(), store.clone(), Metrics::new()).map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
+        let started = Instant::now();
+        runtime.load_all().await;
+        tracing::info!(
+            plugins = runtime.registry().plugins().count(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "plugins loaded"
+        );
+        let watcher = watcher::watch(runtime.clone())?;
+        let state = NodeState { config: config.clone(), runtime, store: store.clone(), started: Instant::now() };
+        spawn_sweeper(store, Duration::from_secs(config.store.sweep_interval_secs.max(1)));
+
+        let mut routers: BTreeMap<SocketAddr, Router> = BTreeMap::new();
+        let main = parse_listen("listen", &config.listen)?;
+        let mut mount = |key: &'static str, listen: &str, router: Router| -> Result<(), NodeError> {
+            let addr = if listen.is_empty() { main } else { parse_listen(key, listen)? };
+            let merged = routers.remove(&addr).unwrap_or_default().merge(router);
+            routers.insert(addr, merged);
+            Ok(())
+        };
+        mount("listen", "", crate::health::router(state.clone()))?;
+        if config.agora.enabled {
+            mount("agora.listen", &config.agora.listen, transports::agora::router(state.clone()))?;
+        }
+
+        let mut listeners = Vec::new();
+        for (addr, router) in routers {
+            let listener = TcpListener::bind(addr).await.map_err(|source| NodeError::Listen { addr, source })?;
+            let bound = listener.local_addr().map_err(|source| NodeError::Listen { addr, source })?;
+            let router = router
+                .layer(DefaultBodyLimit::max(config.http.max_body_bytes))
+                .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+                    axum::http::StatusCode::REQUEST_TIMEOUT,
+                    Duration::from_millis(config.http.request_timeout_ms),
+                ));
+            listeners.push((bound, listener, router));
+        }
+        Ok(Node { state, listeners, _watcher: Some(watcher) })
+    }
+
+    /// The addresses actually bound (port 0 resolved).
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().map(|(addr, _, _)| *addr).collect()
+    }
+
+    pub fn state(&self) -> &NodeState {
+        &self.state
+    }
+
+    /// Serve until `shutdown` resolves, then drain.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
+        let mut servers = Vec::new();
+        for (addr, listener, router) in self.listeners {
+            tracing::info!(%addr, "listening");
+            let mut stop = stop_rx.clone();
+            servers.push(tokio::spawn(async move {
+                axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    })
+                    .await
+            }));
+        }
+        shutdown.await;
+        tracing::info!("shutting down; draining in-flight requests");
+        let _ = stop_tx.send(true);
+        let drain = futures::future::join_all(servers);
+        if tokio::time::timeout(grace, drain).await.is_err() {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "requests still running after the grace period");
+        }
+        if let Err(error) = self.state.store.commit().await {
+            tracing::error!(%error, "flushing the store at shutdown failed");
+        }
+        Ok(())
+    }
+}
+
+fn spawn_sweeper(store: Store, every: Duration) {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(every);
+        loop {
+            ticker.tick().await;
+            let store = store.clone();
+            match tokio::task::spawn_blocking(move || store.sweep()).await {
+                Ok(Ok(removed)) if removed > 0 => tracing::debug!(removed, "expired entries swept"),
+                Ok(Err(error)) => tracing::warn!(%error, "sweeping expired entries failed"),
+                _ => {}
+            }
+        }
+    });
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}

@@ -1,0 +1,124 @@
+//! The host functions of the `agora:node/host` interface.
+//!
+//! Each is a policy the host enforces rather than trusts a plugin with: the
+//! key-value store is namespaced and bounded, events are counted and sized,
+//! tools run through [`Runtime::run_tool`] (which demands approval by risk),
+//! and outbound calls reach only hosts allowed in config.
+
+use serde_json::Value;
+
+use super::bindings::agora::node::host::{self, Level, OutboundRequest};
+use super::bindings::agora::node::types;
+use super::exchange::PluginEvent;
+use super::instance::PluginState;
+use crate::store::{Collection, now_ms, plugin_key};
+
+impl types::Host for PluginState {}
+
+impl host::Host for PluginState {
+    async fn log(&mut self, level: Level, message: String) {
+        let plugin = &*self.plugin_name;
+        let message = truncate(&message, 4096);
+        match level {
+            Level::Trace => tracing::trace!(target: "plugin", plugin, "{message}"),
+            Level::Debug => tracing::debug!(target: "plugin", plugin, "{message}"),
+            Level::Info => tracing::info!(target: "plugin", plugin, "{message}"),
+            Level::Warn => tracing::warn!(target: "plugin", plugin, "{message}"),
+            Level::Error => tracing::error!(target: "plugin", plugin, "{message}"),
+        }
+    }
+
+    async fn kv_get(&mut self, key: String) -> Option<Vec<u8>> {
+        if key.len() > self.runtime.config.max_kv_key_bytes {
+            return None;
+        }
+        let full = plugin_key(&self.plugin_name, &key);
+        self.runtime.store.get::<Vec<u8>>(Collection::PluginKv, &full).ok().flatten()
+    }
+
+    async fn kv_set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
+        let limits = &self.runtime.config;
+        if key.is_empty() || key.len() > limits.max_kv_key_bytes {
+            return Err(format!("keys must be 1-{} bytes", limits.max_kv_key_bytes));
+        }
+        if value.len() > limits.max_kv_value_bytes {
+            return Err(format!("values are limited to {} bytes", limits.max_kv_value_bytes));
+        }
+        let full = plugin_key(&self.plugin_name, &key);
+        self.runtime.store.put(Collection::PluginKv, &full, &value, None).map_err(|e| e.to_string())?;
+        self.runtime.store.commit().await.map_err(|e| e.to_string())
+    }
+
+    async fn kv_delete(&mut self, key: String) -> Result<(), String> {
+        let full = plugin_key(&self.plugin_name, &key);
+        self.runtime.store.remove(Collection::PluginKv, &full).map_err(|e| e.to_string())?;
+        self.runtime.store.commit().await.map_err(|e| e.to_string())
+    }
+
+    async fn kv_keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
+        let namespace = plugin_key(&self.plugin_name, "");
+        let full = plugin_key(&self.plugin_name, &prefix);
+        let limit = (limit as usize).min(1000);
+        self.runtime
+            .store
+            .keys(Collection::PluginKv, &full, limit)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|key| String::from_utf8_lossy(&key[namespace.len()..]).into_owned())
+            .collect()
+    }
+
+    async fn now_ms(&mut self) -> u64 {
+        now_ms()
+    }
+
+    async fn emit(&mut self, kind: String, data: String) -> Result<(), String> {
+        let limits = &self.runtime.config;
+        if self.events_emitted >= limits.max_events_per_call {
+            return Err(format!("at most {} events per call", limits.max_events_per_call));
+        }
+        if kind.is_empty() || kind.len() > 64 {
+            return Err("event kind must be 1-64 bytes".into());
+        }
+        if data.len() > limits.max_event_bytes {
+            return Err(format!("events are limited to {} bytes", limits.max_event_bytes));
+        }
+        let data: Value = serde_json::from_str(&data).map_err(|e| format!("event data is not JSON: {e}"))?;
+        self.events_emitted += 1;
+        self.exchange.send(PluginEvent { kind, data }).await
+    }
+
+    async fn call_tool(&mut self, name: String, arguments: String) -> Result<String, String> {
+        let arguments: Value =
+            serde_json::from_str(&arguments).map_err(|e| format!("tool arguments are not JSON: {e}"))?;
+        let runtime = super::Runtime { inner: self.runtime.clone() };
+        runtime.run_tool(&name, arguments, &self.exchange.nested()).await.map_err(|e| e.to_string())
+    }
+
+    async fn history(&mut self) -> String {
+        let Some(id) = &self.exchange.history_id else { return "[]".into() };
+        let entries: Vec<Value> = self.runtime.store.history(id).unwrap_or_default();
+        Value::Array(entries).to_string()
+    }
+
+    async fn outbound(&mut self, request: OutboundRequest) -> Result<String, String> {
+        let body: Value =
+            serde_json::from_str(&request.body).map_err(|e| format!("outbound body is not JSON: {e}"))?;
+        let transport = crate::runtime::TransportKind::from(request.transport);
+        crate::transports::outbound::call(&self.runtime.node_config, transport, &request.url, body)
+            .await
+            .map(|reply| reply.to_string())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

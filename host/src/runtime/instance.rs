@@ -1,0 +1,140 @@
+//! One plugin call: a store with its limits, a fresh instance from the
+//! pre-linked component, the call, and the classification of how it ended.
+//!
+//! Time is enforced by epoch interruption: every tick (10 ms) the plugin
+//! yields to the async executor, and once it has run for its budget of ticks
+//! it traps. Memory, tables and instances are bounded by [`CallLimiter`].
+//! Nothing a plugin does here can outlive or escape its store.
+
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::exchange::Exchange;
+use super::stdio::CappedOutput;
+use super::{InvokeError, RuntimeInner};
+
+/// Store data of one call.
+pub struct PluginState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: CallLimiter,
+    pub(crate) plugin_name: Arc<str>,
+    pub(crate) runtime: Arc<RuntimeInner>,
+    pub(crate) exchange: Exchange,
+    pub(crate) events_emitted: u32,
+    ticks_used: u64,
+    timed_out: bool,
+    stdout: CappedOutput,
+    stderr: CappedOutput,
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Bounds one store's memory, tables and instances, and remembers a refusal
+/// so a trap caused by it can be reported as what it was.
+pub struct CallLimiter {
+    max_memory: usize,
+    max_table_elements: usize,
+    pub memory_refused: bool,
+}
+
+impl ResourceLimiter for CallLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            self.memory_refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= self.max_table_elements)
+    }
+
+    fn instances(&self) -> usize {
+        32
+    }
+    fn tables(&self) -> usize {
+        32
+    }
+    fn memories(&self) -> usize {
+        8
+    }
+}
+
+pub(crate) fn new_store(runtime: &Arc<RuntimeInner>, plugin_name: Arc<str>, exchange: Exchange) -> Store<PluginState> {
+    let config = &runtime.config;
+    let stdout = CappedOutput::new(config.max_stdio_bytes);
+    let stderr = CappedOutput::new(config.max_stdio_bytes);
+    // Deny-all WASI: the components import it even when unused, but a plugin
+    // gets no files, environment, arguments or sockets.
+    let wasi = WasiCtx::builder()
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let state = PluginState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: CallLimiter {
+            max_memory: (config.max_memory_mb as usize) << 20,
+            max_table_elements: 100_000,
+            memory_refused: false,
+        },
+        plugin_name,
+        runtime: runtime.clone(),
+        exchange,
+        events_emitted: 0,
+        ticks_used: 0,
+        timed_out: false,
+        stdout,
+        stderr,
+    };
+    let budget_ticks = config.call_timeout_ms.div_ceil(super::engine::EPOCH_TICK.as_millis() as u64).max(1);
+    let mut store = Store::new(&runtime.engine, state);
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut context| {
+        let state = context.data_mut();
+        state.ticks_used += 1;
+        if state.ticks_used > budget_ticks {
+            state.timed_out = true;
+            return Err(wasmtime::Error::msg("plugin exceeded its execution time"));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+    store
+}
+
+/// Turn how a call ended into the node's error, and copy the plugin's stdio to the log.
+pub(crate) fn classify(store: &mut Store<PluginState>, error: wasmtime::Error) -> InvokeError {
+    let state = store.data();
+    if state.timed_out {
+        InvokeError::Timeout
+    } else if state.limiter.memory_refused {
+        InvokeError::MemoryExceeded
+    } else if error.to_string().contains("concurrent") || error.to_string().contains("maximum") {
+        InvokeError::Overloaded
+    } else {
+        InvokeError::Trapped(format!("{error:#}"))
+    }
+}
+
+pub(crate) fn drain_stdio(store: &Store<PluginState>) {
+    let state = store.data();
+    for (stream, output) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+        let (text, dropped) = output.take();
+        if !text.is_empty() {
+            tracing::info!(target: "plugin", plugin = &*state.plugin_name, stream, dropped, "{}", text.trim_end());
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! The wire protocols, one module each. A newcomer finds every wire rule of a
+//! protocol in its module; each maps the node's errors to that protocol's own
+//! error shape in exactly one place.
+//!
+//! - [`agora`]: Agora two-party JSON exchanges (`agora-two-party-json.txt`).
+//! - [`outbound`]: calls from the node and its plugins to other agents.
+//! - [`http_client`]: the bounded HTTP client they share.
+
+pub mod agora;
+pub mod http_client;
+pub mod outbound;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::runtime::Runtime;
+use crate::store::Store;
+
+/// What every transport handler can reach.
+#[derive(Clone)]
+pub struct NodeState {
+    pub config: Arc<Config>,
+    pub runtime: Runtime,
+    pub store: Store,
+    pub started: Instant,
+}
+
+/// Whether a `Content-Type` header names JSON (parameters such as charset allowed).
+pub fn is_json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}

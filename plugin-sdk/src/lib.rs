@@ -1,0 +1,124 @@
+//! The Agora Node plugin SDK.
+//!
+//! A plugin is a WebAssembly component for the `agora:node/plugin` world
+//! (`wit/agora-node.wit`). This crate hides the component plumbing: a plugin
+//! author implements [`Plugin`] on a struct and names it once with
+//! [`export_plugin!`]. Everything the host offers (logging, the key-value store,
+//! events, tools, history, outbound calls) is a safe function in [`host`].
+//!
+//! ```ignore
+//! use agora_plugin_sdk::prelude::*;
+//!
+//! struct Hello;
+//! impl Plugin for Hello {
+//!     fn manifest() -> Manifest {
+//!         Manifest::new("hello", "0.1.0").protocol(include_str!("../hello.md"))
+//!     }
+//!     fn handle(message: Message) -> Result<String, Failure> {
+//!         Ok(json!({"greeting": "hello"}).to_string())
+//!     }
+//! }
+//! export_plugin!(Hello);
+//! ```
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_agora_plugin_world",
+        default_bindings_module: "agora_plugin_sdk::bindings",
+        generate_all,
+    });
+}
+
+pub mod host;
+mod manifest;
+
+pub use bindings::agora::node::types::{
+    EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk, Tool,
+    Transport, WarmPool,
+};
+pub use manifest::Manifest;
+pub use serde_json::{self, Value, json};
+
+/// What a plugin implements. Only `manifest` and `handle` are required.
+pub trait Plugin {
+    /// What this plugin serves; read once when the node loads it.
+    fn manifest() -> Manifest;
+
+    /// Answer one verified, routed message with JSON text.
+    fn handle(message: Message) -> Result<String, Failure>;
+
+    /// Run one of the tools named in the manifest.
+    fn run_tool(name: String, arguments: String) -> Result<String, String> {
+        let _ = arguments;
+        Err(format!("this plugin offers no tool named {name:?}"))
+    }
+}
+
+impl Message {
+    /// The body parsed as JSON, or a `bad-request` failure naming the problem.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Failure> {
+        serde_json::from_str(&self.body).map_err(|e| Failure::bad_request(format!("invalid body: {e}")))
+    }
+}
+
+impl Failure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure { kind, message: message.into() }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::BadRequest, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Unsupported, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::NotFound, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Internal, message)
+    }
+}
+
+/// Serialize a reply value to the JSON text `handle` returns.
+pub fn reply(value: impl serde::Serialize) -> Result<String, Failure> {
+    serde_json::to_string(&value).map_err(|e| Failure::internal(format!("cannot encode reply: {e}")))
+}
+
+#[doc(hidden)]
+pub struct Adapter<P>(core::marker::PhantomData<P>);
+
+impl<P: Plugin> bindings::Guest for Adapter<P> {
+    fn manifest() -> bindings::agora::node::types::Manifest {
+        P::manifest().into_wit()
+    }
+    fn handle(message: Message) -> Result<String, Failure> {
+        P::handle(message)
+    }
+    fn run_tool(name: String, arguments: String) -> Result<String, String> {
+        P::run_tool(name, arguments)
+    }
+}
+
+/// Export a [`Plugin`] implementation as this component's entry points.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        type __AgoraPluginExport = $crate::Adapter<$plugin>;
+        $crate::bindings::__export_agora_plugin_world!(__AgoraPluginExport with_types_in $crate::bindings);
+    };
+}
+
+/// Everything a plugin usually needs in one `use`.
+pub mod prelude {
+    pub use crate::host;
+    pub use crate::{
+        Failure, FailureKind, Manifest, Message, Phase, Plugin, Risk, Transport, export_plugin,
+        reply,
+    };
+    pub use serde::{Deserialize, Serialize};
+    pub use serde_json::{self, Value, json};
+}
