@@ -23,7 +23,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key, message: message.into() }
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,7 +223,10 @@ impl Config {
         match file {
             Some(path) => {
                 if !path.exists() {
-                    return Err(invalid("--config", format!("{} does not exist", path.display())));
+                    return Err(invalid(
+                        "--config",
+                        format!("{} does not exist", path.display()),
+                    ));
                 }
                 figment = figment.merge(Toml::file(path));
             }
@@ -284,38 +290,72 @@ impl Config {
             ("hai.path", &self.hai.path),
         ] {
             if !path.starts_with('/') || path.contains(char::is_whitespace) {
-                return Err(invalid(key, format!("{path:?} must be an absolute URL path")));
+                return Err(invalid(
+                    key,
+                    format!("{path:?} must be an absolute URL path"),
+                ));
             }
         }
         if self.arena.path == self.agora.path && self.arena.listen == self.agora.listen {
-            return Err(invalid("arena.path", "clashes with agora.path on the same listener"));
+            return Err(invalid(
+                "arena.path",
+                "clashes with agora.path on the same listener",
+            ));
         }
         if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
-            return Err(invalid("tools.approval_threshold", "must be one of low, medium, high, critical"));
+            return Err(invalid(
+                "tools.approval_threshold",
+                "must be one of low, medium, high, critical",
+            ));
         }
         positive("plugins.max_memory_mb", self.plugins.max_memory_mb)?;
         positive("plugins.call_timeout_ms", self.plugins.call_timeout_ms)?;
-        positive("plugins.max_instances", u64::from(self.plugins.max_instances))?;
-        positive("plugins.max_concurrent_calls", self.plugins.max_concurrent_calls as u64)?;
+        positive(
+            "plugins.max_instances",
+            u64::from(self.plugins.max_instances),
+        )?;
+        positive(
+            "plugins.max_concurrent_calls",
+            self.plugins.max_concurrent_calls as u64,
+        )?;
         positive("http.max_body_bytes", self.http.max_body_bytes as u64)?;
-        positive("agora.conversation_ttl_secs", self.agora.conversation_ttl_secs)?;
+        positive(
+            "agora.conversation_ttl_secs",
+            self.agora.conversation_ttl_secs,
+        )?;
         if self.plugins.max_memory_mb > 4096 {
-            return Err(invalid("plugins.max_memory_mb", "at most 4096 (a 32-bit linear memory)"));
+            return Err(invalid(
+                "plugins.max_memory_mb",
+                "at most 4096 (a 32-bit linear memory)",
+            ));
         }
-        if !matches!(self.log_level.as_str(), "trace" | "debug" | "info" | "warn" | "error") {
-            return Err(invalid("log_level", "must be one of trace, debug, info, warn, error"));
+        if !matches!(
+            self.log_level.as_str(),
+            "trace" | "debug" | "info" | "warn" | "error"
+        ) {
+            return Err(invalid(
+                "log_level",
+                "must be one of trace, debug, info, warn, error",
+            ));
         }
         Ok(())
     }
 }
 
 fn positive(key: &'static str, value: u64) -> Result<(), ConfigError> {
-    if value == 0 { Err(invalid(key, "must be greater than 0")) } else { Ok(()) }
+    if value == 0 {
+        Err(invalid(key, "must be greater than 0"))
+    } else {
+        Ok(())
+    }
 }
 
 /// Parse a listen address, naming the key when it is wrong.
 pub fn parse_listen(key: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
-    value
-        .parse()
-        .map_err(|_| invalid(key, format!("{value:?} is not an address like 127.0.0.1:8080")))
+    value.parse().map_err(|_| {
+        invalid(
+            key,
+            format!("{value:?} is not an address like 127.0.0.1:8080"),
+        )
+    })
 }

@@ -20,7 +20,9 @@ pub struct PluginCrate {
 
 /// Crates directly under `sources` (each a folder with a Cargo.toml naming a package).
 pub fn find_crates(sources: &Path) -> Vec<PluginCrate> {
-    let Ok(entries) = std::fs::read_dir(sources) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(sources) else {
+        return Vec::new();
+    };
     let mut crates: Vec<PluginCrate> = entries
         .filter_map(|entry| entry.ok())
         .filter_map(|entry| {
@@ -28,8 +30,18 @@ pub fn find_crates(sources: &Path) -> Vec<PluginCrate> {
             let package = manifest
                 .lines()
                 .skip_while(|line| line.trim() != "[package]")
-                .find_map(|line| line.trim().strip_prefix("name").map(|rest| rest.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string()))?;
-            Some(PluginCrate { dir: entry.path(), package })
+                .find_map(|line| {
+                    line.trim().strip_prefix("name").map(|rest| {
+                        rest.trim_start_matches([' ', '='])
+                            .trim()
+                            .trim_matches('"')
+                            .to_string()
+                    })
+                })?;
+            Some(PluginCrate {
+                dir: entry.path(),
+                package,
+            })
         })
         .collect();
     crates.sort();
@@ -37,15 +49,27 @@ pub fn find_crates(sources: &Path) -> Vec<PluginCrate> {
 }
 
 /// Build one crate and install its component into `plugins_dir` atomically.
-pub async fn build_and_install(krate: &PluginCrate, target_dir: &Path, plugins_dir: &Path) -> Result<PathBuf, String> {
-    let output = tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--profile", "plugin", "--target", "wasm32-wasip2", "--target-dir"])
-        .arg(target_dir)
-        .args(["-p", &krate.package])
-        .current_dir(&krate.dir)
-        .output()
-        .await
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+pub async fn build_and_install(
+    krate: &PluginCrate,
+    target_dir: &Path,
+    plugins_dir: &Path,
+) -> Result<PathBuf, String> {
+    let output =
+        tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--profile",
+                "plugin",
+                "--target",
+                "wasm32-wasip2",
+                "--target-dir",
+            ])
+            .arg(target_dir)
+            .args(["-p", &krate.package])
+            .current_dir(&krate.dir)
+            .output()
+            .await
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !output.status.success() {
         return Err(String::from_utf8_lossy(&output.stderr).into_owned());
     }
@@ -60,32 +84,48 @@ pub async fn build_and_install(krate: &PluginCrate, target_dir: &Path, plugins_d
 }
 
 /// Rebuild every crate once, then on each save. Runs until the task is dropped.
-pub async fn rebuild_loop(sources: PathBuf, target_dir: PathBuf, plugins_dir: PathBuf) -> Result<(), notify::Error> {
+pub async fn rebuild_loop(
+    sources: PathBuf,
+    target_dir: PathBuf,
+    plugins_dir: PathBuf,
+) -> Result<(), notify::Error> {
     for krate in find_crates(&sources) {
-        report(&krate, build_and_install(&krate, &target_dir, &plugins_dir).await);
+        report(
+            &krate,
+            build_and_install(&krate, &target_dir, &plugins_dir).await,
+        );
     }
     let (changes, mut changed) = mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
-    let mut debouncer = new_debouncer(Duration::from_millis(300), None, move |result: DebounceEventResult| {
-        if let Ok(events) = result {
-            let paths: BTreeSet<PathBuf> = events
-                .iter()
-                .flat_map(|event| event.paths.iter())
-                .filter(|path| is_source(path))
-                .cloned()
-                .collect();
-            if !paths.is_empty() {
-                let _ = changes.send(paths);
+    let mut debouncer = new_debouncer(
+        Duration::from_millis(300),
+        None,
+        move |result: DebounceEventResult| {
+            if let Ok(events) = result {
+                let paths: BTreeSet<PathBuf> = events
+                    .iter()
+                    .flat_map(|event| event.paths.iter())
+                    .filter(|path| is_source(path))
+                    .cloned()
+                    .collect();
+                if !paths.is_empty() {
+                    let _ = changes.send(paths);
+                }
             }
-        }
-    })?;
+        },
+    )?;
     debouncer.watch(&sources, RecursiveMode::Recursive)?;
     tracing::info!(sources = %sources.display(), "dev mode: rebuilding plugins on save");
     while let Some(paths) = changed.recv().await {
         let crates = find_crates(&sources);
-        let touched: BTreeSet<&PluginCrate> =
-            crates.iter().filter(|krate| paths.iter().any(|path| path.starts_with(&krate.dir))).collect();
+        let touched: BTreeSet<&PluginCrate> = crates
+            .iter()
+            .filter(|krate| paths.iter().any(|path| path.starts_with(&krate.dir)))
+            .collect();
         for krate in touched {
-            report(krate, build_and_install(krate, &target_dir, &plugins_dir).await);
+            report(
+                krate,
+                build_and_install(krate, &target_dir, &plugins_dir).await,
+            );
         }
     }
     Ok(())
@@ -97,12 +137,19 @@ fn is_source(path: &Path) -> bool {
         let part = c.as_os_str().to_string_lossy();
         part == "target" || part.starts_with('.')
     });
-    !in_output && path.extension().is_some_and(|ext| matches!(ext.to_str(), Some("rs" | "toml" | "md" | "wit" | "json")))
+    !in_output
+        && path
+            .extension()
+            .is_some_and(|ext| matches!(ext.to_str(), Some("rs" | "toml" | "md" | "wit" | "json")))
 }
 
 fn report(krate: &PluginCrate, result: Result<PathBuf, String>) {
     match result {
-        Ok(installed) => tracing::info!(plugin = %krate.package, file = %installed.display(), "plugin rebuilt"),
-        Err(error) => tracing::error!(plugin = %krate.package, "plugin build failed; the previous version keeps serving\n{error}"),
+        Ok(installed) => {
+            tracing::info!(plugin = %krate.package, file = %installed.display(), "plugin rebuilt")
+        }
+        Err(error) => {
+            tracing::error!(plugin = %krate.package, "plugin build failed; the previous version keeps serving\n{error}")
+        }
     }
 }

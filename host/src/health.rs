@@ -11,7 +11,10 @@ use serde_json::json;
 use crate::transports::NodeState;
 
 pub fn router(state: NodeState) -> Router {
-    Router::new().route("/health", get(health)).route("/metrics", get(metrics)).with_state(state)
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .with_state(state)
 }
 
 async fn health(State(state): State<NodeState>) -> impl IntoResponse {
@@ -27,7 +30,10 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
 
 async fn metrics(State(state): State<NodeState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.runtime.metrics().render(),
     )
 }

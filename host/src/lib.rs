@@ -11,6 +11,7 @@
 //! - [`transports`]: one module per wire protocol.
 //! - [`node`]: wiring it all into listeners with graceful shutdown.
 
+pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod dev;

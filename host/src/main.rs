@@ -2,15 +2,18 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
+use agora_node::cli;
 use agora_node::config::{CliOverrides, Config, LogFormat};
 use agora_node::crypto::identity::NodeIdentity;
-use agora_node::transports::agora::client as agora_client;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "agora-node", version, about = "A self-hosted agent node: five agent protocols, logic in hot-reloaded WebAssembly plugins")]
+#[command(
+    name = "agora-node",
+    version,
+    about = "A self-hosted agent node: five agent protocols, logic in hot-reloaded WebAssembly plugins"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -55,7 +58,13 @@ enum Command {
     },
     /// Agora two-party JSON client.
     #[command(subcommand)]
-    Agora(AgoraCommand),
+    Agora(cli::agora::Command),
+    /// Signed Agora envelope client.
+    #[command(subcommand)]
+    Envelope(cli::envelope::Command),
+    /// uAgents client.
+    #[command(subcommand)]
+    Uagents(cli::uagents::Command),
 }
 
 #[derive(Subcommand)]
@@ -78,29 +87,13 @@ enum ProtocolCommand {
     Hash { file: PathBuf },
 }
 
-#[derive(Subcommand)]
-enum AgoraCommand {
-    /// Send a request: BODY is JSON, or plain text sent as a string.
-    Send {
-        url: String,
-        body: String,
-        /// Protocol document to use (its hash and text are sent).
-        #[arg(long)]
-        protocol: Option<PathBuf>,
-        /// Start a multi-round conversation.
-        #[arg(long)]
-        multiround: bool,
-    },
-    /// Continue a conversation.
-    Follow { url: String, conversation: String, body: String },
-    /// End a conversation.
-    Close { url: String, conversation: String },
-}
-
 fn init_logging(format: LogFormat, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},cranelift=warn,wasmtime=warn")));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},cranelift=warn,wasmtime=warn"))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Human => builder.init(),
@@ -108,19 +101,25 @@ fn init_logging(format: LogFormat, level: &str) {
 }
 
 fn load_config(args: &ServeArgs) -> Result<Config, String> {
-    let overrides =
-        CliOverrides { listen: args.listen.clone(), data_dir: args.data_dir.clone(), plugins_dir: args.plugins_dir.clone() };
+    let overrides = CliOverrides {
+        listen: args.listen.clone(),
+        data_dir: args.data_dir.clone(),
+        plugins_dir: args.plugins_dir.clone(),
+    };
     Config::load(args.config.as_deref(), &overrides).map_err(|e| e.to_string())
 }
 
 async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
     let config = load_config(&args)?;
     init_logging(config.log_format, &config.log_level);
-    let identity = NodeIdentity::load_or_create(&config.identity.key_file).map_err(|e| e.to_string())?;
+    let identity =
+        NodeIdentity::load_or_create(&config.identity.key_file).map_err(|e| e.to_string())?;
     tracing::info!(did = %identity.did(), "node identity");
     let sources = config.plugins.sources_dir.clone();
     let plugins_dir = config.plugins.dir.clone();
-    let node = agora_node::Node::start(config).await.map_err(|e| e.to_string())?;
+    let node = agora_node::Node::start(config)
+        .await
+        .map_err(|e| e.to_string())?;
     for addr in node.addresses() {
         // One line per listener on stdout, for scripts and tests waiting for readiness.
         println!("agora-node listening on http://{addr}");
@@ -133,35 +132,9 @@ async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
             }
         });
     }
-    node.serve(agora_node::node::shutdown_signal()).await.map_err(|e| e.to_string())
-}
-
-fn body_value(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
-}
-
-async fn agora(command: AgoraCommand) -> Result<(), String> {
-    let timeout = Duration::from_secs(30);
-    let limit = 16 << 20;
-    let reply = match command {
-        AgoraCommand::Send { url, body, protocol, multiround } => {
-            let protocol_document = match protocol {
-                Some(path) => Some(std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?),
-                None => None,
-            };
-            let request = agora_client::ClientRequest { body: body_value(&body), protocol_document, multiround, conversation_id: None };
-            agora_client::send(&url, &request, timeout, limit).await
-        }
-        AgoraCommand::Follow { url, conversation, body } => {
-            let request = agora_client::ClientRequest { body: body_value(&body), conversation_id: Some(conversation), ..Default::default() };
-            agora_client::send(&url, &request, timeout, limit).await
-        }
-        AgoraCommand::Close { url, conversation } => agora_client::close(&url, &conversation, timeout, limit).await,
-    }
-    .map_err(|e| e.to_string())?;
-    let success = reply.success;
-    println!("{}", serde_json::to_string_pretty(&reply.into_value()).unwrap_or_default());
-    if success { Ok(()) } else { Err("the peer answered with a failure".into()) }
+    node.serve(agora_node::node::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -169,7 +142,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Serve(args) => serve(args, false).await,
         Command::Dev(args) => serve(args, true).await,
         Command::Plugin(PluginCommand::New { name, dir, lang }) => {
-            let created = agora_node::scaffold::new_plugin(&name, &dir, &lang).map_err(|e| e.to_string())?;
+            let created =
+                agora_node::scaffold::new_plugin(&name, &dir, &lang).map_err(|e| e.to_string())?;
             println!("created {}", created.display());
             println!("build:  cargo build --profile plugin --target wasm32-wasip2 -p {name}");
             Ok(())
@@ -189,7 +163,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("{}", identity.did());
             Ok(())
         }
-        Command::Agora(command) => agora(command).await,
+        Command::Agora(command) => cli::agora::run(command).await,
+        Command::Envelope(command) => cli::envelope::run(command).await,
+        Command::Uagents(command) => cli::uagents::run(command).await,
     }
 }
 

@@ -32,7 +32,9 @@ pub struct OutcomeLabels {
 
 impl OutcomeLabels {
     pub fn new(outcome: &str) -> Self {
-        OutcomeLabels { outcome: outcome.to_string() }
+        OutcomeLabels {
+            outcome: outcome.to_string(),
+        }
     }
 }
 
@@ -67,15 +69,44 @@ impl Metrics {
         let reloads = Family::<OutcomeLabels, Counter>::default();
         let traps = Family::<CallLabels, Counter>::default();
         let events_dropped = Family::<StreamLabels, Counter>::default();
-        registry.register("plugin_calls", "Plugin calls by transport, plugin and outcome", calls.clone());
-        registry.register("plugin_call_seconds", "Plugin call latency", latency.clone());
+        registry.register(
+            "plugin_calls",
+            "Plugin calls by transport, plugin and outcome",
+            calls.clone(),
+        );
+        registry.register(
+            "plugin_call_seconds",
+            "Plugin call latency",
+            latency.clone(),
+        );
         registry.register("plugin_reloads", "Plugin loads by outcome", reloads.clone());
-        registry.register("plugin_traps", "Plugin calls that trapped, timed out or exceeded a limit", traps.clone());
-        registry.register("events_dropped", "Live events dropped because a stream was behind", events_dropped.clone());
-        Metrics { registry: Arc::new(registry), calls, latency, reloads, traps, events_dropped }
+        registry.register(
+            "plugin_traps",
+            "Plugin calls that trapped, timed out or exceeded a limit",
+            traps.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Live events dropped because a stream was behind",
+            events_dropped.clone(),
+        );
+        Metrics {
+            registry: Arc::new(registry),
+            calls,
+            latency,
+            reloads,
+            traps,
+            events_dropped,
+        }
     }
 
-    pub fn observe_call(&self, transport: &str, plugin: &str, result: &Result<String, InvokeError>, elapsed: Duration) {
+    pub fn observe_call(
+        &self,
+        transport: &str,
+        plugin: &str,
+        result: &Result<String, InvokeError>,
+        elapsed: Duration,
+    ) {
         let outcome = match result {
             Ok(_) => "ok",
             Err(InvokeError::Failure { .. }) => "failure",
@@ -85,13 +116,20 @@ impl Metrics {
             Err(InvokeError::OutputTooLarge { .. }) => "output_too_large",
             Err(InvokeError::Overloaded) => "overloaded",
         };
-        let labels = CallLabels { transport: transport.into(), plugin: plugin.into(), outcome: outcome.into() };
+        let labels = CallLabels {
+            transport: transport.into(),
+            plugin: plugin.into(),
+            outcome: outcome.into(),
+        };
         if matches!(outcome, "timeout" | "memory" | "trap" | "output_too_large") {
             self.traps.get_or_create(&labels).inc();
         }
         self.calls.get_or_create(&labels).inc();
         self.latency
-            .get_or_create(&LatencyLabels { transport: transport.into(), plugin: plugin.into() })
+            .get_or_create(&LatencyLabels {
+                transport: transport.into(),
+                plugin: plugin.into(),
+            })
             .observe(elapsed.as_secs_f64());
     }
 

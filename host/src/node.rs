@@ -24,11 +24,17 @@ use crate::transports::{self, NodeState};
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("cannot open the store in {path}: {source}")]
-    Store { path: String, source: crate::store::StoreError },
+    Store {
+        path: String,
+        source: crate::store::StoreError,
+    },
     #[error("cannot start the plugin runtime: {0}")]
     Runtime(String),
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot watch the plugins folder: {0}")]
     Watch(#[from] notify::Error),
     #[error(transparent)]
@@ -46,11 +52,22 @@ impl Node {
     /// Open the store, load the plugins, start the watcher and bind every listener.
     pub async fn start(config: Config) -> Result<Node, NodeError> {
         let config = Arc::new(config);
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display())))?;
-        std::fs::create_dir_all(&config.plugins.dir).map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.plugins.dir.display())))?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display()))
+        })?;
+        std::fs::create_dir_all(&config.plugins.dir).map_err(|e| {
+            NodeError::Runtime(format!(
+                "cannot create {}: {e}",
+                config.plugins.dir.display()
+            ))
+        })?;
         let store_dir = config.data_dir.join("state");
-        let store = Store::open(&store_dir).map_err(|source| NodeError::Store { path: store_dir.display().to_string(), source })?;
-        let runtime = Runtime::new(config.clone(), store.clone(), Metrics::new()).map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
+        let store = Store::open(&store_dir).map_err(|source| NodeError::Store {
+            path: store_dir.display().to_string(),
+            source,
+        })?;
+        let runtime = Runtime::new(config.clone(), store.clone(), Metrics::new())
+            .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
         let started = Instant::now();
         runtime.load_all().await;
         tracing::info!(
@@ -59,26 +76,75 @@ impl Node {
             "plugins loaded"
         );
         let watcher = watcher::watch(runtime.clone())?;
-        let state = NodeState { config: config.clone(), runtime, store: store.clone(), started: Instant::now() };
-        spawn_sweeper(store, Duration::from_secs(config.store.sweep_interval_secs.max(1)));
+        let state = NodeState {
+            config: config.clone(),
+            runtime,
+            store: store.clone(),
+            started: Instant::now(),
+        };
+        spawn_sweeper(
+            store,
+            Duration::from_secs(config.store.sweep_interval_secs.max(1)),
+        );
 
         let mut routers: BTreeMap<SocketAddr, Router> = BTreeMap::new();
         let main = parse_listen("listen", &config.listen)?;
-        let mut mount = |key: &'static str, listen: &str, router: Router| -> Result<(), NodeError> {
-            let addr = if listen.is_empty() { main } else { parse_listen(key, listen)? };
-            let merged = routers.remove(&addr).unwrap_or_default().merge(router);
-            routers.insert(addr, merged);
-            Ok(())
-        };
+        let mut mount =
+            |key: &'static str, listen: &str, router: Router| -> Result<(), NodeError> {
+                let addr = if listen.is_empty() {
+                    main
+                } else {
+                    parse_listen(key, listen)?
+                };
+                let merged = routers.remove(&addr).unwrap_or_default().merge(router);
+                routers.insert(addr, merged);
+                Ok(())
+            };
         mount("listen", "", crate::health::router(state.clone()))?;
         if config.agora.enabled {
-            mount("agora.listen", &config.agora.listen, transports::agora::router(state.clone()))?;
+            mount(
+                "agora.listen",
+                &config.agora.listen,
+                transports::agora::router(state.clone()),
+            )?;
+        }
+        if config.envelopes.enabled {
+            mount(
+                "envelopes.listen",
+                &config.envelopes.listen,
+                transports::envelopes::router(state.clone()),
+            )?;
+        }
+        if config.uagents.enabled {
+            mount(
+                "uagents.listen",
+                &config.uagents.listen,
+                transports::uagents::router(state.clone()),
+            )?;
+        }
+        if config.arena.enabled {
+            mount(
+                "arena.listen",
+                &config.arena.listen,
+                transports::arena::router(state.clone()),
+            )?;
+        }
+        if config.hai.enabled {
+            mount(
+                "hai.listen",
+                &config.hai.listen,
+                transports::hai::router(state.clone()),
+            )?;
         }
 
         let mut listeners = Vec::new();
         for (addr, router) in routers {
-            let listener = TcpListener::bind(addr).await.map_err(|source| NodeError::Listen { addr, source })?;
-            let bound = listener.local_addr().map_err(|source| NodeError::Listen { addr, source })?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| NodeError::Listen { addr, source })?;
+            let bound = listener
+                .local_addr()
+                .map_err(|source| NodeError::Listen { addr, source })?;
             let router = router
                 .layer(DefaultBodyLimit::max(config.http.max_body_bytes))
                 .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -87,7 +153,11 @@ impl Node {
                 ));
             listeners.push((bound, listener, router));
         }
-        Ok(Node { state, listeners, _watcher: Some(watcher) })
+        Ok(Node {
+            state,
+            listeners,
+            _watcher: Some(watcher),
+        })
     }
 
     /// The addresses actually bound (port 0 resolved).
@@ -100,7 +170,10 @@ impl Node {
     }
 
     /// Serve until `shutdown` resolves, then drain.
-    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
         let mut servers = Vec::new();
@@ -108,11 +181,14 @@ impl Node {
             tracing::info!(%addr, "listening");
             let mut stop = stop_rx.clone();
             servers.push(tokio::spawn(async move {
-                axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|stopped| *stopped).await;
-                    })
-                    .await
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|stopped| *stopped).await;
+                })
+                .await
             }));
         }
         shutdown.await;
@@ -120,7 +196,10 @@ impl Node {
         let _ = stop_tx.send(true);
         let drain = futures::future::join_all(servers);
         if tokio::time::timeout(grace, drain).await.is_err() {
-            tracing::warn!(grace_ms = grace.as_millis() as u64, "requests still running after the grace period");
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "requests still running after the grace period"
+            );
         }
         if let Err(error) = self.state.store.commit().await {
             tracing::error!(%error, "flushing the store at shutdown failed");

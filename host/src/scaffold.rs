@@ -9,7 +9,10 @@ pub enum ScaffoldError {
     #[error("{0} already exists")]
     Exists(PathBuf),
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("language {0:?} is not supported yet (rust is)")]
     Language(String),
 }
@@ -22,7 +25,10 @@ fn sdk_dir() -> PathBuf {
 /// The workspace root above `dir`, if it is this project's (it has `plugin-sdk/`).
 fn enclosing_workspace(dir: &Path) -> Option<PathBuf> {
     let absolute = std::path::absolute(dir).ok()?;
-    absolute.ancestors().find(|a| a.join("plugin-sdk/Cargo.toml").exists() && a.join("Cargo.toml").exists()).map(Path::to_path_buf)
+    absolute
+        .ancestors()
+        .find(|a| a.join("plugin-sdk/Cargo.toml").exists() && a.join("Cargo.toml").exists())
+        .map(Path::to_path_buf)
 }
 
 pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, ScaffoldError> {
@@ -30,7 +36,9 @@ pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, Scaf
         return Err(ScaffoldError::Language(lang.to_string()));
     }
     let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && name.len() <= 48;
     if !valid {
         return Err(ScaffoldError::InvalidName(name.to_string()));
@@ -41,10 +49,17 @@ pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, Scaf
     }
     let in_workspace = enclosing_workspace(parent);
     let sdk = match &in_workspace {
-        Some(root) => pathdiff(&root.join("plugin-sdk"), &std::path::absolute(&dir).unwrap_or(dir.clone())),
+        Some(root) => pathdiff(
+            &root.join("plugin-sdk"),
+            &std::path::absolute(&dir).unwrap_or(dir.clone()),
+        ),
         None => std::path::absolute(sdk_dir()).unwrap_or_else(|_| sdk_dir()),
     };
-    let standalone = if in_workspace.is_some() { "" } else { "\n# A workspace of its own, outside the node's source tree.\n[workspace]\n" };
+    let standalone = if in_workspace.is_some() {
+        ""
+    } else {
+        "\n# A workspace of its own, outside the node's source tree.\n[workspace]\n"
+    };
     let cargo = format!(
         r#"[package]
 name = "{name}"
@@ -100,9 +115,15 @@ export_plugin!(Handler);
         (dir.join("README.md"), readme),
     ] {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| ScaffoldError::Write { path: parent.into(), source })?;
+            std::fs::create_dir_all(parent).map_err(|source| ScaffoldError::Write {
+                path: parent.into(),
+                source,
+            })?;
         }
-        std::fs::write(&path, text).map_err(|source| ScaffoldError::Write { path: path.clone(), source })?;
+        std::fs::write(&path, text).map_err(|source| ScaffoldError::Write {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(dir)
 }

@@ -2,9 +2,9 @@
 //! the store is namespaced to this plugin, tools may need a human's approval,
 //! outbound calls reach only hosts allowed in the node's config.
 
+use crate::Transport;
 use crate::bindings::agora::node::host as raw;
 pub use raw::{Level, OutboundRequest};
-use crate::Transport;
 
 pub fn log(level: Level, message: &str) {
     raw::log(level, message)
@@ -69,6 +69,14 @@ pub fn history() -> Vec<HistoryEntry> {
 }
 
 /// Call another agent over `transport` (only hosts the node allows).
-pub fn outbound(transport: Transport, url: &str, body: &serde_json::Value) -> Result<String, String> {
-    raw::outbound(&OutboundRequest { transport, url: url.to_string(), body: body.to_string() })
+pub fn outbound(
+    transport: Transport,
+    url: &str,
+    body: &serde_json::Value,
+) -> Result<String, String> {
+    raw::outbound(&OutboundRequest {
+        transport,
+        url: url.to_string(),
+        body: body.to_string(),
+    })
 }

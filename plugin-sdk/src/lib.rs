@@ -37,8 +37,8 @@ pub mod host;
 mod manifest;
 
 pub use bindings::agora::node::types::{
-    EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk, Tool,
-    Transport, WarmPool,
+    EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk,
+    Tool, Transport, WarmPool,
 };
 pub use manifest::Manifest;
 pub use serde_json::{self, Value, json};
@@ -61,13 +61,17 @@ pub trait Plugin {
 impl Message {
     /// The body parsed as JSON, or a `bad-request` failure naming the problem.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Failure> {
-        serde_json::from_str(&self.body).map_err(|e| Failure::bad_request(format!("invalid body: {e}")))
+        serde_json::from_str(&self.body)
+            .map_err(|e| Failure::bad_request(format!("invalid body: {e}")))
     }
 }
 
 impl Failure {
     pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
-        Failure { kind, message: message.into() }
+        Failure {
+            kind,
+            message: message.into(),
+        }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(FailureKind::BadRequest, message)
@@ -85,7 +89,8 @@ impl Failure {
 
 /// Serialize a reply value to the JSON text `handle` returns.
 pub fn reply(value: impl serde::Serialize) -> Result<String, Failure> {
-    serde_json::to_string(&value).map_err(|e| Failure::internal(format!("cannot encode reply: {e}")))
+    serde_json::to_string(&value)
+        .map_err(|e| Failure::internal(format!("cannot encode reply: {e}")))
 }
 
 #[doc(hidden)]

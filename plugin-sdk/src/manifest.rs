@@ -63,7 +63,10 @@ impl Manifest {
 
     /// Handle a uAgents message model given by its JSON schema.
     pub fn model(mut self, name: &str, schema: &str) -> Self {
-        self.inner.models.push(MessageModel { name: name.to_string(), schema: schema.to_string() });
+        self.inner.models.push(MessageModel {
+            name: name.to_string(),
+            schema: schema.to_string(),
+        });
         self
     }
 
@@ -91,9 +94,17 @@ impl Manifest {
     }
 
     /// Reuse instances between requests instead of a fresh one per request.
-    pub fn warm(mut self, max_invocations: u32, max_concurrency: u32, idle_timeout_ms: u32) -> Self {
-        self.inner.instance =
-            InstancePolicy::Warm(WarmPool { max_invocations, max_concurrency, idle_timeout_ms });
+    pub fn warm(
+        mut self,
+        max_invocations: u32,
+        max_concurrency: u32,
+        idle_timeout_ms: u32,
+    ) -> Self {
+        self.inner.instance = InstancePolicy::Warm(WarmPool {
+            max_invocations,
+            max_concurrency,
+            idle_timeout_ms,
+        });
         self
     }
 

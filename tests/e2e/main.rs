@@ -1,1 +1,11 @@
+//! End-to-end tests: real `agora-node` processes, real plugins, real sockets.
+//! One module per area; the harness is in `support`.
 
+mod support;
+
+mod agora;
+mod arena;
+mod envelopes;
+mod hai;
+mod host;
+mod uagents;

@@ -10,9 +10,15 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
     #[error("cannot read key file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot write key file {path}: {source}")]
-    Write { path: String, source: std::io::Error },
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} is not an Ed25519 PKCS#8 PEM key")]
     Invalid { path: String },
     #[error("{path} already exists (use --force to replace it)")]
@@ -25,13 +31,19 @@ pub struct NodeIdentity {
 
 impl NodeIdentity {
     pub fn generate() -> NodeIdentity {
-        NodeIdentity { signing_key: SigningKey::generate(&mut rand::rngs::OsRng) }
+        NodeIdentity {
+            signing_key: SigningKey::generate(&mut rand::rngs::OsRng),
+        }
     }
 
     pub fn load(path: &Path) -> Result<NodeIdentity, IdentityError> {
         let shown = path.display().to_string();
-        let pem = std::fs::read_to_string(path).map_err(|source| IdentityError::Read { path: shown.clone(), source })?;
-        let signing_key = SigningKey::from_pkcs8_pem(&pem).map_err(|_| IdentityError::Invalid { path: shown })?;
+        let pem = std::fs::read_to_string(path).map_err(|source| IdentityError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let signing_key =
+            SigningKey::from_pkcs8_pem(&pem).map_err(|_| IdentityError::Invalid { path: shown })?;
         Ok(NodeIdentity { signing_key })
     }
 
@@ -54,17 +66,29 @@ impl NodeIdentity {
         let pem = self
             .signing_key
             .to_pkcs8_pem(Default::default())
-            .map_err(|_| IdentityError::Invalid { path: shown.clone() })?;
+            .map_err(|_| IdentityError::Invalid {
+                path: shown.clone(),
+            })?;
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| IdentityError::Write { path: shown.clone(), source })?;
+            std::fs::create_dir_all(parent).map_err(|source| IdentityError::Write {
+                path: shown.clone(),
+                source,
+            })?;
         }
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         use std::io::Write;
-        let mut file = options.open(path).map_err(|source| IdentityError::Write { path: shown.clone(), source })?;
-        file.write_all(pem.as_bytes()).map_err(|source| IdentityError::Write { path: shown, source })?;
+        let mut file = options.open(path).map_err(|source| IdentityError::Write {
+            path: shown.clone(),
+            source,
+        })?;
+        file.write_all(pem.as_bytes())
+            .map_err(|source| IdentityError::Write {
+                path: shown,
+                source,
+            })?;
         Ok(())
     }
 
@@ -90,9 +114,16 @@ mod tests {
 
     #[test]
     fn rfc8032_test1_key_has_the_known_did() {
-        let secret: [u8; 32] = hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60").unwrap().try_into().unwrap();
+        let secret: [u8; 32] =
+            hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+                .unwrap()
+                .try_into()
+                .unwrap();
         let key = SigningKey::from_bytes(&secret);
-        assert_eq!(did_key(&key.verifying_key()), "did:key:z6MktwupdmLXVVqTzCw4i46r4uGyosGXRnR3XjN4Zq7oMMsw");
+        assert_eq!(
+            did_key(&key.verifying_key()),
+            "did:key:z6MktwupdmLXVVqTzCw4i46r4uGyosGXRnR3XjN4Zq7oMMsw"
+        );
     }
 
     #[test]
@@ -104,8 +135,14 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
-        assert!(matches!(identity.write(&path, false), Err(IdentityError::Exists { .. })));
+        assert!(matches!(
+            identity.write(&path, false),
+            Err(IdentityError::Exists { .. })
+        ));
     }
 }

@@ -28,7 +28,10 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     #[test]
     fn protocol_hash_is_sha1_hex_of_the_exact_bytes() {
-        assert_eq!(super::protocol_hash(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(
+            super::protocol_hash(b"abc"),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
         assert_ne!(super::protocol_hash(b"abc\n"), super::protocol_hash(b"abc"));
     }
 }

@@ -9,8 +9,8 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -76,7 +76,11 @@ impl Drop for EpochTicker {
 }
 
 /// Compile a component, through the on-disk cache.
-pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmtime::Result<Component> {
+pub fn compile_cached(
+    engine: &Engine,
+    cache_dir: &Path,
+    bytes: &[u8],
+) -> wasmtime::Result<Component> {
     let path = cache_path(engine, cache_dir, bytes);
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine with the
@@ -85,13 +89,18 @@ pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmti
         // falls through to a fresh compile below.
         match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(component) => return Ok(component),
-            Err(error) => tracing::warn!(path = %path.display(), %error, "discarding unusable cached plugin"),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "discarding unusable cached plugin")
+            }
         }
     }
     let compiled = engine.precompile_component(bytes)?;
     if std::fs::create_dir_all(cache_dir).is_ok() {
         let temp = path.with_extension("tmp");
-        if std::fs::write(&temp, &compiled).and_then(|()| std::fs::rename(&temp, &path)).is_err() {
+        if std::fs::write(&temp, &compiled)
+            .and_then(|()| std::fs::rename(&temp, &path))
+            .is_err()
+        {
             tracing::warn!(path = %path.display(), "could not write the compile cache");
         }
     }

@@ -74,7 +74,9 @@ impl Exchange {
 
     /// Send an event; a full buffer waits up to the emit timeout, then reports the drop.
     pub async fn send(&self, event: PluginEvent) -> Result<(), String> {
-        let Some(events) = &self.events else { return Ok(()) };
+        let Some(events) = &self.events else {
+            return Ok(());
+        };
         let timeout = self.emit_timeout.unwrap_or(Duration::from_secs(5));
         match tokio::time::timeout(timeout, events.send(event)).await {
             Ok(Ok(())) => Ok(()),

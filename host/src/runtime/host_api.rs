@@ -33,7 +33,11 @@ impl host::Host for PluginState {
             return None;
         }
         let full = plugin_key(&self.plugin_name, &key);
-        self.runtime.store.get::<Vec<u8>>(Collection::PluginKv, &full).ok().flatten()
+        self.runtime
+            .store
+            .get::<Vec<u8>>(Collection::PluginKv, &full)
+            .ok()
+            .flatten()
     }
 
     async fn kv_set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
@@ -42,16 +46,25 @@ impl host::Host for PluginState {
             return Err(format!("keys must be 1-{} bytes", limits.max_kv_key_bytes));
         }
         if value.len() > limits.max_kv_value_bytes {
-            return Err(format!("values are limited to {} bytes", limits.max_kv_value_bytes));
+            return Err(format!(
+                "values are limited to {} bytes",
+                limits.max_kv_value_bytes
+            ));
         }
         let full = plugin_key(&self.plugin_name, &key);
-        self.runtime.store.put(Collection::PluginKv, &full, &value, None).map_err(|e| e.to_string())?;
+        self.runtime
+            .store
+            .put(Collection::PluginKv, &full, &value, None)
+            .map_err(|e| e.to_string())?;
         self.runtime.store.commit().await.map_err(|e| e.to_string())
     }
 
     async fn kv_delete(&mut self, key: String) -> Result<(), String> {
         let full = plugin_key(&self.plugin_name, &key);
-        self.runtime.store.remove(Collection::PluginKv, &full).map_err(|e| e.to_string())?;
+        self.runtime
+            .store
+            .remove(Collection::PluginKv, &full)
+            .map_err(|e| e.to_string())?;
         self.runtime.store.commit().await.map_err(|e| e.to_string())
     }
 
@@ -75,35 +88,49 @@ impl host::Host for PluginState {
     async fn emit(&mut self, kind: String, data: String) -> Result<(), String> {
         let limits = &self.runtime.config;
         if self.events_emitted >= limits.max_events_per_call {
-            return Err(format!("at most {} events per call", limits.max_events_per_call));
+            return Err(format!(
+                "at most {} events per call",
+                limits.max_events_per_call
+            ));
         }
         if kind.is_empty() || kind.len() > 64 {
             return Err("event kind must be 1-64 bytes".into());
         }
         if data.len() > limits.max_event_bytes {
-            return Err(format!("events are limited to {} bytes", limits.max_event_bytes));
+            return Err(format!(
+                "events are limited to {} bytes",
+                limits.max_event_bytes
+            ));
         }
-        let data: Value = serde_json::from_str(&data).map_err(|e| format!("event data is not JSON: {e}"))?;
+        let data: Value =
+            serde_json::from_str(&data).map_err(|e| format!("event data is not JSON: {e}"))?;
         self.events_emitted += 1;
         self.exchange.send(PluginEvent { kind, data }).await
     }
 
     async fn call_tool(&mut self, name: String, arguments: String) -> Result<String, String> {
-        let arguments: Value =
-            serde_json::from_str(&arguments).map_err(|e| format!("tool arguments are not JSON: {e}"))?;
-        let runtime = super::Runtime { inner: self.runtime.clone() };
-        runtime.run_tool(&name, arguments, &self.exchange.nested()).await.map_err(|e| e.to_string())
+        let arguments: Value = serde_json::from_str(&arguments)
+            .map_err(|e| format!("tool arguments are not JSON: {e}"))?;
+        let runtime = super::Runtime {
+            inner: self.runtime.clone(),
+        };
+        runtime
+            .run_tool(&name, arguments, &self.exchange.nested())
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn history(&mut self) -> String {
-        let Some(id) = &self.exchange.history_id else { return "[]".into() };
+        let Some(id) = &self.exchange.history_id else {
+            return "[]".into();
+        };
         let entries: Vec<Value> = self.runtime.store.history(id).unwrap_or_default();
         Value::Array(entries).to_string()
     }
 
     async fn outbound(&mut self, request: OutboundRequest) -> Result<String, String> {
-        let body: Value =
-            serde_json::from_str(&request.body).map_err(|e| format!("outbound body is not JSON: {e}"))?;
+        let body: Value = serde_json::from_str(&request.body)
+            .map_err(|e| format!("outbound body is not JSON: {e}"))?;
         let transport = crate::runtime::TransportKind::from(request.transport);
         crate::transports::outbound::call(&self.runtime.node_config, transport, &request.url, body)
             .await

@@ -33,7 +33,10 @@ pub struct PluginState {
 
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -46,7 +49,12 @@ pub struct CallLimiter {
 }
 
 impl ResourceLimiter for CallLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max_memory {
             self.memory_refused = true;
             return Ok(false);
@@ -54,7 +62,12 @@ impl ResourceLimiter for CallLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= self.max_table_elements)
     }
 
@@ -69,7 +82,11 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
-pub(crate) fn new_store(runtime: &Arc<RuntimeInner>, plugin_name: Arc<str>, exchange: Exchange) -> Store<PluginState> {
+pub(crate) fn new_store(
+    runtime: &Arc<RuntimeInner>,
+    plugin_name: Arc<str>,
+    exchange: Exchange,
+) -> Store<PluginState> {
     let config = &runtime.config;
     let stdout = CappedOutput::new(config.max_stdio_bytes);
     let stderr = CappedOutput::new(config.max_stdio_bytes);
@@ -99,7 +116,10 @@ pub(crate) fn new_store(runtime: &Arc<RuntimeInner>, plugin_name: Arc<str>, exch
         stdout,
         stderr,
     };
-    let budget_ticks = config.call_timeout_ms.div_ceil(super::engine::EPOCH_TICK.as_millis() as u64).max(1);
+    let budget_ticks = config
+        .call_timeout_ms
+        .div_ceil(super::engine::EPOCH_TICK.as_millis() as u64)
+        .max(1);
     let mut store = Store::new(&runtime.engine, state);
     store.limiter(|state| &mut state.limiter);
     store.set_epoch_deadline(1);

@@ -68,26 +68,42 @@ pub struct ToolSpec {
 #[serde(tag = "policy", rename_all = "lowercase")]
 pub enum InstancePolicy {
     Fresh,
-    Warm { max_invocations: u32, max_concurrency: u32, idle_timeout_ms: u32 },
+    Warm {
+        max_invocations: u32,
+        max_concurrency: u32,
+        idle_timeout_ms: u32,
+    },
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'));
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'));
     if valid {
         Ok(())
     } else {
-        Err(format!("{what} {name:?} must be 1-{MAX_NAME} characters of a-z, 0-9, - _ . : /"))
+        Err(format!(
+            "{what} {name:?} must be 1-{MAX_NAME} characters of a-z, 0-9, - _ . : /"
+        ))
     }
 }
 
 fn check_text(what: &str, text: &str, max: usize) -> Result<(), String> {
-    if text.len() > max { Err(format!("{what} is longer than {max} bytes")) } else { Ok(()) }
+    if text.len() > max {
+        Err(format!("{what} is longer than {max} bytes"))
+    } else {
+        Ok(())
+    }
 }
 
 fn check_count(what: &str, count: usize) -> Result<(), String> {
-    if count > MAX_ITEMS { Err(format!("more than {MAX_ITEMS} {what}")) } else { Ok(()) }
+    if count > MAX_ITEMS {
+        Err(format!("more than {MAX_ITEMS} {what}"))
+    } else {
+        Ok(())
+    }
 }
 
 fn parse_schema(what: &str, text: &str) -> Result<serde_json::Value, String> {
@@ -120,7 +136,10 @@ impl PluginManifest {
             if text.trim().is_empty() {
                 return Err("a protocol document is empty".into());
             }
-            protocols.push(ProtocolDocument { hash: crypto::protocol_hash(text.as_bytes()), text });
+            protocols.push(ProtocolDocument {
+                hash: crypto::protocol_hash(text.as_bytes()),
+                text,
+            });
         }
         let mut resources = Vec::new();
         for resource in raw.resources {
@@ -137,7 +156,11 @@ impl PluginManifest {
             check_name("model", &model.name)?;
             let schema = parse_schema(&format!("schema of model {}", model.name), &model.schema)?;
             let digest = crypto::uagents::schema_digest(&schema);
-            models.push(Model { name: model.name, digest, schema });
+            models.push(Model {
+                name: model.name,
+                digest,
+                schema,
+            });
         }
         for league in &raw.leagues {
             check_name("league", league)?;
@@ -146,14 +169,24 @@ impl PluginManifest {
         for tool in raw.tools {
             check_name("tool", &tool.name)?;
             check_text("tool description", &tool.description, MAX_TEXT)?;
-            let parameters = parse_schema(&format!("parameters of tool {}", tool.name), &tool.parameters)?;
-            tools.push(ToolSpec { name: tool.name, description: tool.description, parameters, risk: tool.risk.into() });
+            let parameters = parse_schema(
+                &format!("parameters of tool {}", tool.name),
+                &tool.parameters,
+            )?;
+            tools.push(ToolSpec {
+                name: tool.name,
+                description: tool.description,
+                parameters,
+                risk: tool.risk.into(),
+            });
         }
         let instance = match raw.instance {
             bindings::InstancePolicy::Fresh => InstancePolicy::Fresh,
             bindings::InstancePolicy::Warm(pool) => {
                 if pool.max_concurrency == 0 || pool.max_invocations == 0 {
-                    return Err("a warm pool needs max-invocations and max-concurrency above 0".into());
+                    return Err(
+                        "a warm pool needs max-invocations and max-concurrency above 0".into(),
+                    );
                 }
                 InstancePolicy::Warm {
                     max_invocations: pool.max_invocations,
@@ -188,7 +221,11 @@ impl PluginManifest {
         if self.accepts_any_document {
             routes.push("agora:any-document".into());
         }
-        routes.extend(self.resources.iter().map(|r| format!("envelope:{}", r.name)));
+        routes.extend(
+            self.resources
+                .iter()
+                .map(|r| format!("envelope:{}", r.name)),
+        );
         routes.extend(self.models.iter().map(|m| format!("uagents:{}", m.digest)));
         routes.extend(self.leagues.iter().map(|l| format!("arena:{l}")));
         if self.assistant {

@@ -152,7 +152,10 @@ pub enum ToolError {
     #[error("tool {0} needs a human's approval and this exchange has no human to ask")]
     NoApprover(String),
     #[error("tool {tool} was rejected{}", feedback.as_ref().map(|f| format!(": {f}")).unwrap_or_default())]
-    Rejected { tool: String, feedback: Option<String> },
+    Rejected {
+        tool: String,
+        feedback: Option<String>,
+    },
     #[error("approval of tool {0} timed out")]
     ApprovalTimedOut(String),
     #[error("tool {tool} failed: {message}")]
@@ -162,9 +165,16 @@ pub enum ToolError {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is {size} bytes, over the {limit}-byte limit")]
-    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("{path} is not a valid plugin component: {message}")]
     Compile { path: PathBuf, message: String },
     #[error("{path}: invalid manifest: {message}")]
@@ -286,7 +296,11 @@ impl Runtime {
     pub async fn load_all(&self) {
         let dir = self.inner.config.dir.clone();
         let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| is_plugin_file(p)).collect(),
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| is_plugin_file(p))
+                .collect(),
             Err(error) => {
                 tracing::warn!(dir = %dir.display(), %error, "cannot read the plugins folder");
                 return;
@@ -316,13 +330,24 @@ impl Runtime {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "plugin loaded"
                 );
-                self.inner.metrics.reloads.get_or_create(&crate::metrics::OutcomeLabels::new("ok")).inc();
+                self.inner
+                    .metrics
+                    .reloads
+                    .get_or_create(&crate::metrics::OutcomeLabels::new("ok"))
+                    .inc();
             }
             Ok(None) => {}
             Err(error) => {
                 tracing::error!(file = %file.display(), %error, "plugin not loaded; the previous version (if any) keeps serving");
-                self.inner.metrics.reloads.get_or_create(&crate::metrics::OutcomeLabels::new("error")).inc();
-                self.inner.load_errors.write().insert(file.to_path_buf(), error.to_string());
+                self.inner
+                    .metrics
+                    .reloads
+                    .get_or_create(&crate::metrics::OutcomeLabels::new("error"))
+                    .inc();
+                self.inner
+                    .load_errors
+                    .write()
+                    .insert(file.to_path_buf(), error.to_string());
             }
         }
     }
@@ -339,11 +364,23 @@ impl Runtime {
     /// Compile, validate and swap in one plugin. `Ok(None)`: unchanged, nothing to do.
     async fn load(&self, file: &Path) -> Result<Option<Arc<LoadedPlugin>>, LoadError> {
         let limit = self.inner.config.max_file_mb << 20;
-        let metadata = std::fs::metadata(file).map_err(|source| LoadError::Read { path: file.into(), source })?;
+        let metadata = std::fs::metadata(file).map_err(|source| LoadError::Read {
+            path: file.into(),
+            source,
+        })?;
         if metadata.len() > limit {
-            return Err(LoadError::TooLarge { path: file.into(), size: metadata.len(), limit });
+            return Err(LoadError::TooLarge {
+                path: file.into(),
+                size: metadata.len(),
+                limit,
+            });
         }
-        let bytes = tokio::fs::read(file).await.map_err(|source| LoadError::Read { path: file.into(), source })?;
+        let bytes = tokio::fs::read(file)
+            .await
+            .map_err(|source| LoadError::Read {
+                path: file.into(),
+                source,
+            })?;
         let content_hash = crate::crypto::sha256_hex(&bytes);
         if let Some(current) = self.registry().by_file(file) {
             if current.content_hash == content_hash {
@@ -351,18 +388,32 @@ impl Runtime {
             }
         }
         let inner = self.inner.clone();
-        let compile_error = |message: String| LoadError::Compile { path: file.into(), message };
-        let pre = tokio::task::spawn_blocking(move || -> wasmtime::Result<PluginPre<instance::PluginState>> {
-            let component = engine::compile_cached(&inner.engine, &inner.config.cache_dir, &bytes)?;
-            PluginPre::new(inner.linker.instantiate_pre(&component)?)
-        })
+        let compile_error = |message: String| LoadError::Compile {
+            path: file.into(),
+            message,
+        };
+        let pre = tokio::task::spawn_blocking(
+            move || -> wasmtime::Result<PluginPre<instance::PluginState>> {
+                let component =
+                    engine::compile_cached(&inner.engine, &inner.config.cache_dir, &bytes)?;
+                PluginPre::new(inner.linker.instantiate_pre(&component)?)
+            },
+        )
         .await
         .map_err(|e| compile_error(e.to_string()))?
         .map_err(|e| compile_error(format!("{e:#}")))?;
 
-        let raw = self.read_manifest(&pre).await.map_err(|message| LoadError::Manifest { path: file.into(), message })?;
-        let manifest =
-            PluginManifest::validate(raw).map_err(|message| LoadError::Manifest { path: file.into(), message })?;
+        let raw = self
+            .read_manifest(&pre)
+            .await
+            .map_err(|message| LoadError::Manifest {
+                path: file.into(),
+                message,
+            })?;
+        let manifest = PluginManifest::validate(raw).map_err(|message| LoadError::Manifest {
+            path: file.into(),
+            message,
+        })?;
         let plugin = Arc::new(LoadedPlugin {
             file: file.to_path_buf(),
             manifest,
@@ -379,7 +430,10 @@ impl Runtime {
         Ok(Some(plugin))
     }
 
-    async fn read_manifest(&self, pre: &PluginPre<instance::PluginState>) -> Result<bindings::Manifest, String> {
+    async fn read_manifest(
+        &self,
+        pre: &PluginPre<instance::PluginState>,
+    ) -> Result<bindings::Manifest, String> {
         let mut store = instance::new_store(&self.inner, Arc::from("(loading)"), Exchange::new());
         let result = async {
             let plugin = pre.instantiate_async(&mut store).await?;
@@ -391,17 +445,36 @@ impl Runtime {
     }
 
     /// Run one call on `plugin` in a fresh instance.
-    pub async fn invoke(&self, plugin: &Arc<LoadedPlugin>, call: Call, exchange: Exchange) -> Result<String, InvokeError> {
+    pub async fn invoke(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        call: Call,
+        exchange: Exchange,
+    ) -> Result<String, InvokeError> {
         let started = Instant::now();
         let transport = call.transport;
         let result = self.invoke_inner(plugin, call, exchange).await;
-        self.inner.metrics.observe_call(transport.as_str(), &plugin.manifest.name, &result, started.elapsed());
+        self.inner.metrics.observe_call(
+            transport.as_str(),
+            &plugin.manifest.name,
+            &result,
+            started.elapsed(),
+        );
         result
     }
 
-    async fn invoke_inner(&self, plugin: &Arc<LoadedPlugin>, call: Call, exchange: Exchange) -> Result<String, InvokeError> {
+    async fn invoke_inner(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        call: Call,
+        exchange: Exchange,
+    ) -> Result<String, InvokeError> {
         let _slot = self.call_slot().await?;
-        let mut store = instance::new_store(&self.inner, Arc::from(plugin.manifest.name.as_str()), exchange);
+        let mut store = instance::new_store(
+            &self.inner,
+            Arc::from(plugin.manifest.name.as_str()),
+            exchange,
+        );
         let message = bindings::Message {
             transport: call.transport.into(),
             phase: match call.phase {
@@ -422,12 +495,19 @@ impl Runtime {
         instance::drain_stdio(&store);
         match outcome {
             Ok(Ok(reply)) => self.check_output(reply),
-            Ok(Err(failure)) => Err(InvokeError::Failure { kind: failure.kind, message: failure.message }),
+            Ok(Err(failure)) => Err(InvokeError::Failure {
+                kind: failure.kind,
+                message: failure.message,
+            }),
             Err(error) => Err(instance::classify(&mut store, error)),
         }
     }
 
-    fn instantiate_error(&self, store: &mut wasmtime::Store<instance::PluginState>, error: wasmtime::Error) -> InvokeError {
+    fn instantiate_error(
+        &self,
+        store: &mut wasmtime::Store<instance::PluginState>,
+        error: wasmtime::Error,
+    ) -> InvokeError {
         let text = format!("{error:#}");
         if text.contains("concurrent") || text.contains("maximum") || text.contains("pool") {
             tracing::warn!(error = %text, "no free plugin instance slot");
@@ -440,7 +520,10 @@ impl Runtime {
     fn check_output(&self, reply: String) -> Result<String, InvokeError> {
         let limit = self.inner.config.max_output_bytes;
         if reply.len() > limit {
-            return Err(InvokeError::OutputTooLarge { size: reply.len(), limit });
+            return Err(InvokeError::OutputTooLarge {
+                size: reply.len(),
+                limit,
+            });
         }
         Ok(reply)
     }
@@ -455,7 +538,12 @@ impl Runtime {
 
     /// Run a tool through the host: lifecycle events, approval by risk, then the
     /// tool plugin's `run-tool` in a fresh instance.
-    pub async fn run_tool(&self, name: &str, arguments: serde_json::Value, exchange: &Exchange) -> Result<String, ToolError> {
+    pub async fn run_tool(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        exchange: &Exchange,
+    ) -> Result<String, ToolError> {
         if exchange.tool_depth > self.inner.config.max_tool_depth {
             return Err(ToolError::TooDeep(self.inner.config.max_tool_depth));
         }
@@ -463,7 +551,13 @@ impl Runtime {
         let Some(plugin) = registry.tool(name).cloned() else {
             return Err(ToolError::Unknown(name.to_string()));
         };
-        let Some(spec) = plugin.manifest.tools.iter().find(|t| t.name == name).cloned() else {
+        let Some(spec) = plugin
+            .manifest
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+        else {
             return Err(ToolError::Unknown(name.to_string()));
         };
         let call_id = uuid::Uuid::new_v4().to_string();
@@ -474,12 +568,20 @@ impl Runtime {
             if let (Some(data), Some(extra)) = (data.as_object_mut(), extra.as_object()) {
                 data.extend(extra.clone());
             }
-            PluginEvent { kind: "tool_call".into(), data }
+            PluginEvent {
+                kind: "tool_call".into(),
+                data,
+            }
         };
         let threshold = Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High);
         if spec.risk >= threshold {
             let Some(approver) = exchange.approver.clone() else {
-                let _ = exchange.send(lifecycle("failed", serde_json::json!({"error": "no approver"}))).await;
+                let _ = exchange
+                    .send(lifecycle(
+                        "failed",
+                        serde_json::json!({"error": "no approver"}),
+                    ))
+                    .await;
                 return Err(ToolError::NoApprover(name.to_string()));
             };
             let request = ApprovalRequest {
@@ -496,25 +598,55 @@ impl Runtime {
             match outcome {
                 ApprovalOutcome::Approved => {}
                 ApprovalOutcome::Rejected { feedback } => {
-                    let _ = exchange.send(lifecycle("failed", serde_json::json!({"error": "rejected"}))).await;
-                    return Err(ToolError::Rejected { tool: name.to_string(), feedback });
+                    let _ = exchange
+                        .send(lifecycle(
+                            "failed",
+                            serde_json::json!({"error": "rejected"}),
+                        ))
+                        .await;
+                    return Err(ToolError::Rejected {
+                        tool: name.to_string(),
+                        feedback,
+                    });
                 }
                 ApprovalOutcome::TimedOut => {
-                    let _ = exchange.send(lifecycle("failed", serde_json::json!({"error": "approval timed out"}))).await;
+                    let _ = exchange
+                        .send(lifecycle(
+                            "failed",
+                            serde_json::json!({"error": "approval timed out"}),
+                        ))
+                        .await;
                     return Err(ToolError::ApprovalTimedOut(name.to_string()));
                 }
             }
         }
-        let _ = exchange.send(lifecycle("started", serde_json::json!({"arguments": arguments}))).await;
-        let result = self.run_tool_instance(&plugin, name, &arguments, exchange.clone()).await;
+        let _ = exchange
+            .send(lifecycle(
+                "started",
+                serde_json::json!({"arguments": arguments}),
+            ))
+            .await;
+        let result = self
+            .run_tool_instance(&plugin, name, &arguments, exchange.clone())
+            .await;
         match &result {
             Ok(output) => {
-                let parsed: serde_json::Value =
-                    serde_json::from_str(output).unwrap_or_else(|_| serde_json::Value::String(output.clone()));
-                let _ = exchange.send(lifecycle("completed", serde_json::json!({"result": parsed}))).await;
+                let parsed: serde_json::Value = serde_json::from_str(output)
+                    .unwrap_or_else(|_| serde_json::Value::String(output.clone()));
+                let _ = exchange
+                    .send(lifecycle(
+                        "completed",
+                        serde_json::json!({"result": parsed}),
+                    ))
+                    .await;
             }
             Err(error) => {
-                let _ = exchange.send(lifecycle("failed", serde_json::json!({"error": error.to_string()}))).await;
+                let _ = exchange
+                    .send(lifecycle(
+                        "failed",
+                        serde_json::json!({"error": error.to_string()}),
+                    ))
+                    .await;
             }
         }
         result
@@ -527,14 +659,27 @@ impl Runtime {
         arguments: &serde_json::Value,
         exchange: Exchange,
     ) -> Result<String, ToolError> {
-        let failed = |message: String| ToolError::Failed { tool: name.to_string(), message };
+        let failed = |message: String| ToolError::Failed {
+            tool: name.to_string(),
+            message,
+        };
         let _slot = self.call_slot().await.map_err(|e| failed(e.to_string()))?;
-        let mut store = instance::new_store(&self.inner, Arc::from(plugin.manifest.name.as_str()), exchange);
+        let mut store = instance::new_store(
+            &self.inner,
+            Arc::from(plugin.manifest.name.as_str()),
+            exchange,
+        );
         let instance = match plugin.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
-            Err(error) => return Err(failed(self.instantiate_error(&mut store, error).to_string())),
+            Err(error) => {
+                return Err(failed(
+                    self.instantiate_error(&mut store, error).to_string(),
+                ));
+            }
         };
-        let outcome = instance.call_run_tool(&mut store, name, &arguments.to_string()).await;
+        let outcome = instance
+            .call_run_tool(&mut store, name, &arguments.to_string())
+            .await;
         instance::drain_stdio(&store);
         match outcome {
             Ok(Ok(output)) => self.check_output(output).map_err(|e| failed(e.to_string())),

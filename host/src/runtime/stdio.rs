@@ -16,18 +16,27 @@ pub struct CappedOutput {
 
 impl CappedOutput {
     pub fn new(capacity: usize) -> Self {
-        CappedOutput { capacity, buffer: Arc::new(Mutex::new((BytesMut::new(), 0))) }
+        CappedOutput {
+            capacity,
+            buffer: Arc::new(Mutex::new((BytesMut::new(), 0))),
+        }
     }
 
     /// What was kept, and how many bytes were dropped past the cap.
     pub fn take(&self) -> (String, usize) {
-        let mut guard = self.buffer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self
+            .buffer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let (bytes, dropped) = std::mem::take(&mut *guard);
         (String::from_utf8_lossy(&bytes).into_owned(), dropped)
     }
 
     fn push(&self, bytes: &[u8]) {
-        let mut guard = self.buffer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self
+            .buffer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let room = self.capacity.saturating_sub(guard.0.len());
         let kept = room.min(bytes.len());
         guard.0.extend_from_slice(&bytes[..kept]);
@@ -62,10 +71,16 @@ impl tokio::io::AsyncWrite for CappedOutput {
         self.push(buf);
         std::task::Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
-    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }

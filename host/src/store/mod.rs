@@ -77,18 +77,26 @@ pub struct Store {
 }
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Store {
     pub fn open(dir: &Path) -> Result<Store> {
-        let db = sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).open()?;
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::HighThroughput)
+            .open()?;
         Ok(Store { db })
     }
 
     /// A throw-away store (tests, tools).
     pub fn temporary() -> Result<Store> {
-        Ok(Store { db: sled::Config::new().temporary(true).open()? })
+        Ok(Store {
+            db: sled::Config::new().temporary(true).open()?,
+        })
     }
 
     fn tree(&self, collection: Collection) -> Result<sled::Tree> {
@@ -101,19 +109,40 @@ impl Store {
         Ok(())
     }
 
-    pub fn put<T: Serialize>(&self, collection: Collection, key: &[u8], value: &T, expires_at_ms: Option<u64>) -> Result<()> {
-        let bytes = serde_json::to_vec(&Entry { expires_at_ms, value })?;
+    pub fn put<T: Serialize>(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &T,
+        expires_at_ms: Option<u64>,
+    ) -> Result<()> {
+        let bytes = serde_json::to_vec(&Entry {
+            expires_at_ms,
+            value,
+        })?;
         self.tree(collection)?.insert(key, bytes)?;
         Ok(())
     }
 
-    pub fn get<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {
-        Ok(self.get_with_expiry(collection, key)?.map(|(value, _)| value))
+    pub fn get<T: DeserializeOwned>(
+        &self,
+        collection: Collection,
+        key: &[u8],
+    ) -> Result<Option<T>> {
+        Ok(self
+            .get_with_expiry(collection, key)?
+            .map(|(value, _)| value))
     }
 
     /// The value and its expiry, or `None` when absent or expired.
-    pub fn get_with_expiry<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<(T, Option<u64>)>> {
-        let Some(bytes) = self.tree(collection)?.get(key)? else { return Ok(None) };
+    pub fn get_with_expiry<T: DeserializeOwned>(
+        &self,
+        collection: Collection,
+        key: &[u8],
+    ) -> Result<Option<(T, Option<u64>)>> {
+        let Some(bytes) = self.tree(collection)?.get(key)? else {
+            return Ok(None);
+        };
         let entry: Entry<T> = serde_json::from_slice(&bytes)?;
         if entry.expires_at_ms.is_some_and(|at| at <= now_ms()) {
             return Ok(None);
@@ -123,7 +152,9 @@ impl Store {
 
     /// Whether a key exists even if it has expired (so an expired id can be told from an unknown one).
     pub fn expired(&self, collection: Collection, key: &[u8]) -> Result<bool> {
-        let Some(bytes) = self.tree(collection)?.get(key)? else { return Ok(false) };
+        let Some(bytes) = self.tree(collection)?.get(key)? else {
+            return Ok(false);
+        };
         let entry: Entry<serde_json::Value> = serde_json::from_slice(&bytes)?;
         Ok(entry.expires_at_ms.is_some_and(|at| at <= now_ms()))
     }
@@ -134,9 +165,18 @@ impl Store {
 
     /// Insert only if the key is absent (or expired). Returns false when a live entry exists:
     /// the primitive behind replay windows and one-time offers.
-    pub fn insert_new<T: Serialize>(&self, collection: Collection, key: &[u8], value: &T, expires_at_ms: Option<u64>) -> Result<bool> {
+    pub fn insert_new<T: Serialize>(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &T,
+        expires_at_ms: Option<u64>,
+    ) -> Result<bool> {
         let tree = self.tree(collection)?;
-        let bytes = serde_json::to_vec(&Entry { expires_at_ms, value })?;
+        let bytes = serde_json::to_vec(&Entry {
+            expires_at_ms,
+            value,
+        })?;
         loop {
             let current = tree.get(key)?;
             if let Some(existing) = &current {
@@ -162,17 +202,29 @@ impl Store {
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
         let tree = self.tree(collection)?;
-        let Some(current) = tree.get(key)? else { return Ok(false) };
+        let Some(current) = tree.get(key)? else {
+            return Ok(false);
+        };
         let entry: Entry<T> = serde_json::from_slice(&current)?;
         if &entry.value != expected {
             return Ok(false);
         }
-        let bytes = serde_json::to_vec(&Entry { expires_at_ms, value: new })?;
-        Ok(tree.compare_and_swap(key, Some(current), Some(bytes))?.is_ok())
+        let bytes = serde_json::to_vec(&Entry {
+            expires_at_ms,
+            value: new,
+        })?;
+        Ok(tree
+            .compare_and_swap(key, Some(current), Some(bytes))?
+            .is_ok())
     }
 
     /// Append to the history of `id` (a conversation or session).
-    pub fn append_history<T: Serialize>(&self, id: &str, entry: &T, max_entries: usize) -> Result<()> {
+    pub fn append_history<T: Serialize>(
+        &self,
+        id: &str,
+        entry: &T,
+        max_entries: usize,
+    ) -> Result<()> {
         let tree = self.tree(Collection::History)?;
         let prefix = history_prefix(id);
         let next = match tree.scan_prefix(&prefix).next_back() {
@@ -183,7 +235,9 @@ impl Store {
             None => 0,
         };
         if next as usize >= max_entries {
-            return Err(StoreError::Limit(format!("history of {id} is full ({max_entries} entries)")));
+            return Err(StoreError::Limit(format!(
+                "history of {id} is full ({max_entries} entries)"
+            )));
         }
         let mut key = prefix;
         key.extend_from_slice(&next.to_be_bytes());
@@ -208,7 +262,12 @@ impl Store {
     }
 
     /// Keys of `collection` starting with `prefix`, at most `limit`.
-    pub fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>> {
+    pub fn keys(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
         self.tree(collection)?
             .scan_prefix(prefix)
             .keys()
@@ -228,9 +287,12 @@ impl Store {
             let tree = self.tree(collection)?;
             for item in tree.iter() {
                 let (key, bytes) = item?;
-                let Ok(entry) = serde_json::from_slice::<Entry<serde_json::Value>>(&bytes) else { continue };
+                let Ok(entry) = serde_json::from_slice::<Entry<serde_json::Value>>(&bytes) else {
+                    continue;
+                };
                 if entry.expires_at_ms.is_some_and(|at| at <= now) {
-                    if collection == Collection::Conversations || collection == Collection::Sessions {
+                    if collection == Collection::Conversations || collection == Collection::Sessions
+                    {
                         self.remove_history(&String::from_utf8_lossy(&key))?;
                     }
                     tree.remove(key)?;
@@ -271,21 +333,42 @@ mod tests {
     #[test]
     fn expired_entries_read_as_absent_and_are_swept() {
         let store = Store::temporary().unwrap();
-        store.put(Collection::Replay, b"old", &1, Some(now_ms() - 1)).unwrap();
-        store.put(Collection::Replay, b"live", &2, Some(now_ms() + 60_000)).unwrap();
+        store
+            .put(Collection::Replay, b"old", &1, Some(now_ms() - 1))
+            .unwrap();
+        store
+            .put(Collection::Replay, b"live", &2, Some(now_ms() + 60_000))
+            .unwrap();
         assert_eq!(store.get::<i32>(Collection::Replay, b"old").unwrap(), None);
         assert!(store.expired(Collection::Replay, b"old").unwrap());
         assert_eq!(store.sweep().unwrap(), 1);
-        assert_eq!(store.get::<i32>(Collection::Replay, b"live").unwrap(), Some(2));
+        assert_eq!(
+            store.get::<i32>(Collection::Replay, b"live").unwrap(),
+            Some(2)
+        );
     }
 
     #[test]
     fn insert_new_refuses_a_live_duplicate_but_reuses_an_expired_one() {
         let store = Store::temporary().unwrap();
-        assert!(store.insert_new(Collection::Replay, b"k", &1, Some(now_ms() + 60_000)).unwrap());
-        assert!(!store.insert_new(Collection::Replay, b"k", &1, Some(now_ms() + 60_000)).unwrap());
-        store.put(Collection::Replay, b"e", &1, Some(now_ms() - 1)).unwrap();
-        assert!(store.insert_new(Collection::Replay, b"e", &1, None).unwrap());
+        assert!(
+            store
+                .insert_new(Collection::Replay, b"k", &1, Some(now_ms() + 60_000))
+                .unwrap()
+        );
+        assert!(
+            !store
+                .insert_new(Collection::Replay, b"k", &1, Some(now_ms() + 60_000))
+                .unwrap()
+        );
+        store
+            .put(Collection::Replay, b"e", &1, Some(now_ms() - 1))
+            .unwrap();
+        assert!(
+            store
+                .insert_new(Collection::Replay, b"e", &1, None)
+                .unwrap()
+        );
     }
 
     #[test]

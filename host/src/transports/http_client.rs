@@ -34,9 +34,15 @@ pub fn check_allowed(url: &str, allowed: &[String]) -> Result<url::Url, ClientEr
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(ClientError::InvalidUrl(url.to_string()));
     }
-    let host = parsed.host_str().ok_or_else(|| ClientError::InvalidUrl(url.to_string()))?.to_string();
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| ClientError::InvalidUrl(url.to_string()))?
+        .to_string();
     let with_port = format!("{host}:{}", parsed.port_or_known_default().unwrap_or(80));
-    if allowed.iter().any(|entry| entry == &host || entry == &with_port) {
+    if allowed
+        .iter()
+        .any(|entry| entry == &host || entry == &with_port)
+    {
         Ok(parsed)
     } else {
         Err(ClientError::HostNotAllowed(with_port))
@@ -63,7 +69,10 @@ pub async fn request(
     max_response_bytes: usize,
 ) -> Result<HttpResponse, ClientError> {
     if url.starts_with("https://") {
-        return Err(ClientError::Request { url: url.into(), message: "https is not supported by this build's client".into() });
+        return Err(ClientError::Request {
+            url: url.into(),
+            message: "https is not supported by this build's client".into(),
+        });
     }
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut builder = axum::http::Request::builder().method(method).uri(url);
@@ -72,21 +81,37 @@ pub async fn request(
     }
     let request = builder
         .body(Full::new(Bytes::from(body)))
-        .map_err(|e| ClientError::Request { url: url.into(), message: e.to_string() })?;
+        .map_err(|e| ClientError::Request {
+            url: url.into(),
+            message: e.to_string(),
+        })?;
     let exchange = async {
         let response = client
             .request(request)
             .await
-            .map_err(|e| ClientError::Request { url: url.into(), message: e.to_string() })?;
+            .map_err(|e| ClientError::Request {
+                url: url.into(),
+                message: e.to_string(),
+            })?;
         let (parts, body) = response.into_parts();
         let body = Limited::new(body, max_response_bytes)
             .collect()
             .await
-            .map_err(|_| ClientError::TooLarge { url: url.into(), limit: max_response_bytes })?
+            .map_err(|_| ClientError::TooLarge {
+                url: url.into(),
+                limit: max_response_bytes,
+            })?
             .to_bytes();
-        Ok(HttpResponse { status: parts.status.as_u16(), headers: parts.headers, body })
+        Ok(HttpResponse {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
     };
     tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| ClientError::Timeout { url: url.into(), timeout_ms: timeout.as_millis() as u64 })?
+        .map_err(|_| ClientError::Timeout {
+            url: url.into(),
+            timeout_ms: timeout.as_millis() as u64,
+        })?
 }

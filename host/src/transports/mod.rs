@@ -3,12 +3,20 @@
 //! error shape in exactly one place.
 //!
 //! - [`agora`]: Agora two-party JSON exchanges (`agora-two-party-json.txt`).
+//! - [`envelopes`]: signed Agora envelopes (`agora-signed-envelopes.md`).
+//! - [`uagents`]: Fetch.ai uAgents exchange (`uagents-exchange.txt`).
+//! - [`arena`]: Agora Arena tasks, health and live events (`agora-arena-aap.*`).
+//! - [`hai`]: human chat over WebSocket and the browser client (`hai-protocol.md`).
 //! - [`outbound`]: calls from the node and its plugins to other agents.
 //! - [`http_client`]: the bounded HTTP client they share.
 
 pub mod agora;
+pub mod arena;
+pub mod envelopes;
+pub mod hai;
 pub mod http_client;
 pub mod outbound;
+pub mod uagents;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -23,13 +23,19 @@ pub enum OutboundError {
     Unsupported(&'static str),
 }
 
-pub async fn call(config: &Config, transport: TransportKind, url: &str, body: Value) -> Result<Value, OutboundError> {
+pub async fn call(
+    config: &Config,
+    transport: TransportKind,
+    url: &str,
+    body: Value,
+) -> Result<Value, OutboundError> {
     http_client::check_allowed(url, &config.outbound.allowed_hosts)?;
     let timeout = Duration::from_millis(config.outbound.timeout_ms);
     let limit = config.outbound.max_response_bytes;
     match transport {
         TransportKind::Agora => {
-            let request = agora::client::OutboundAgora::from_value(body).map_err(OutboundError::Invalid)?;
+            let request =
+                agora::client::OutboundAgora::from_value(body).map_err(OutboundError::Invalid)?;
             let reply = agora::client::send(url, &request.into_request(), timeout, limit).await?;
             Ok(reply.into_value())
         }

@@ -104,7 +104,9 @@ pub fn convert(value: f64, from: &str, to: &str) -> Result<f64, String> {
     let (from_dim, from_factor) = unit(from)?;
     let (to_dim, to_factor) = unit(to)?;
     if from_dim != to_dim {
-        return Err(format!("cannot convert {from} ({from_dim:?}) to {to} ({to_dim:?})"));
+        return Err(format!(
+            "cannot convert {from} ({from_dim:?}) to {to} ({to_dim:?})"
+        ));
     }
     let converted = if from_dim == Dimension::Temperature {
         from_kelvin(to_kelvin(value, from), to)
@@ -119,7 +121,9 @@ fn answer(request: Request) -> Value {
         return json!({"error": "body must have a number \"value\" and strings \"from\" and \"to\""});
     };
     match convert(value, &from, &to) {
-        Ok(converted) => json!({"value": converted, "unit": to, "from": {"value": value, "unit": from}}),
+        Ok(converted) => {
+            json!({"value": converted, "unit": to, "from": {"value": value, "unit": from}})
+        }
         Err(error) => json!({"error": error}),
     }
 }

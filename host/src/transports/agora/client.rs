@@ -53,16 +53,28 @@ pub struct OutboundAgora(ClientRequest);
 
 impl OutboundAgora {
     pub fn from_value(value: Value) -> Result<Self, String> {
-        let Value::Object(mut fields) = value else { return Err("expected an object".into()) };
+        let Value::Object(mut fields) = value else {
+            return Err("expected an object".into());
+        };
         let body = fields.remove("body").ok_or("missing `body`")?;
         let protocol_document = match fields.remove("protocol") {
             None | Some(Value::Null) => None,
             Some(Value::String(text)) => Some(text),
             Some(_) => return Err("`protocol` must be the document text".into()),
         };
-        let multiround = fields.remove("multiround").and_then(|v| v.as_bool()).unwrap_or(false);
-        let conversation_id = fields.remove("conversationId").and_then(|v| v.as_str().map(str::to_string));
-        Ok(OutboundAgora(ClientRequest { body, protocol_document, multiround, conversation_id }))
+        let multiround = fields
+            .remove("multiround")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        let conversation_id = fields
+            .remove("conversationId")
+            .and_then(|v| v.as_str().map(str::to_string));
+        Ok(OutboundAgora(ClientRequest {
+            body,
+            protocol_document,
+            multiround,
+            conversation_id,
+        }))
     }
 
     pub fn into_request(self) -> ClientRequest {
@@ -76,7 +88,8 @@ fn request_json(request: &ClientRequest) -> Value {
         if let Some(document) = &request.protocol_document {
             json["protocolHash"] = json!(crate::crypto::protocol_hash(document.as_bytes()));
             let encoded = base64::engine::general_purpose::STANDARD.encode(document.as_bytes());
-            json["protocolSources"] = json!([format!("data:text/plain;charset=utf-8;base64,{encoded}")]);
+            json["protocolSources"] =
+                json!([format!("data:text/plain;charset=utf-8;base64,{encoded}")]);
         } else {
             json["protocolHash"] = Value::Null;
         }
@@ -95,22 +108,40 @@ fn endpoint(base: &str, conversation: Option<&str>) -> String {
     }
 }
 
-pub async fn send(base: &str, request: &ClientRequest, timeout: Duration, limit: usize) -> Result<ClientReply, ClientError> {
+pub async fn send(
+    base: &str,
+    request: &ClientRequest,
+    timeout: Duration,
+    limit: usize,
+) -> Result<ClientReply, ClientError> {
     let url = endpoint(base, request.conversation_id.as_deref());
     let payload = serde_json::to_vec(&request_json(request)).unwrap_or_default();
-    let response = http_client::post(&url, &[("content-type", "application/json")], payload, timeout, limit).await?;
+    let response = http_client::post(
+        &url,
+        &[("content-type", "application/json")],
+        payload,
+        timeout,
+        limit,
+    )
+    .await?;
     Ok(parse_reply(response.status, &response.body))
 }
 
 /// End a conversation (`DELETE {base}/conversations/{id}`).
-pub async fn close(base: &str, conversation: &str, timeout: Duration, limit: usize) -> Result<ClientReply, ClientError> {
+pub async fn close(
+    base: &str,
+    conversation: &str,
+    timeout: Duration,
+    limit: usize,
+) -> Result<ClientReply, ClientError> {
     let url = endpoint(base, Some(conversation));
     let response = http_client::request("DELETE", &url, &[], Vec::new(), timeout, limit).await?;
     Ok(parse_reply(response.status, &response.body))
 }
 
 fn parse_reply(http_status: u16, bytes: &[u8]) -> ClientReply {
-    let value: Value = serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+    let value: Value = serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
     let status = value.get("status").and_then(Value::as_str).unwrap_or("");
     let success = status == "success" && (200..300).contains(&http_status);
     let error = if success {
@@ -130,7 +161,10 @@ fn parse_reply(http_status: u16, bytes: &[u8]) -> ClientReply {
         success,
         body: value.get("body").cloned(),
         error,
-        conversation_id: value.get("conversationId").and_then(Value::as_str).map(str::to_string),
+        conversation_id: value
+            .get("conversationId")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         conversation_expires: value.get("conversationExpires").cloned(),
     }
 }

@@ -24,12 +24,21 @@ pub fn metadata(document: &str) -> Metadata {
         if line.trim() == "---" {
             break;
         }
-        let Some((key, value)) = line.split_once(':') else { continue };
-        let value = value.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value
+            .trim()
+            .trim_matches(|c| c == '"' || c == '\'')
+            .to_string();
         match key.trim() {
             "name" => meta.name = Some(value),
             "description" => meta.description = Some(value),
-            "multiround" => meta.multiround = matches!(value.to_ascii_lowercase().as_str(), "true" | "yes").then_some(true).or(Some(false)),
+            "multiround" => {
+                meta.multiround = matches!(value.to_ascii_lowercase().as_str(), "true" | "yes")
+                    .then_some(true)
+                    .or(Some(false))
+            }
             _ => {}
         }
     }
@@ -57,7 +66,9 @@ pub fn normalise_hash(hash: &str) -> Option<String> {
 
 /// The base64 form agora-protocol 0.2.0 uses for a hex hash.
 pub fn hash_as_base64(hex_hash: &str) -> Option<String> {
-    hex::decode(hex_hash).ok().map(|digest| base64::engine::general_purpose::STANDARD.encode(digest))
+    hex::decode(hex_hash)
+        .ok()
+        .map(|digest| base64::engine::general_purpose::STANDARD.encode(digest))
 }
 
 /// Decode one `protocolSources` entry that is inline: a `data:` URI, or the text itself.
@@ -126,8 +137,16 @@ mod tests {
 
     #[test]
     fn data_uris_decode() {
-        assert_eq!(inline_source("data:text/plain;base64,aGk=").unwrap().unwrap(), "hi");
-        assert_eq!(inline_source("data:text/plain,a%20b").unwrap().unwrap(), "a b");
+        assert_eq!(
+            inline_source("data:text/plain;base64,aGk=")
+                .unwrap()
+                .unwrap(),
+            "hi"
+        );
+        assert_eq!(
+            inline_source("data:text/plain,a%20b").unwrap().unwrap(),
+            "a b"
+        );
         assert!(inline_source("https://x/y").is_none());
     }
 }

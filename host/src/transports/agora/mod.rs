@@ -28,24 +28,34 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::NodeState;
-use crate::runtime::{Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, TransportKind};
+use crate::runtime::{
+    Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, TransportKind,
+};
 use crate::store::{Collection, StoreError, now_ms};
 
 pub fn router(state: NodeState) -> Router {
     let base = state.config.agora.path.trim_end_matches('/').to_string();
     let mut router = Router::new()
-        .route(&format!("{base}/conversations/{{id}}"), post(follow_up).delete(end_conversation))
+        .route(
+            &format!("{base}/conversations/{{id}}"),
+            post(follow_up).delete(end_conversation),
+        )
         .route(&format!("{base}/wellknown"), get(wellknown));
     router = if base.is_empty() {
         router.route("/", post(start))
     } else {
-        router.route(&base, post(start)).route(&format!("{base}/"), post(start))
+        router
+            .route(&base, post(start))
+            .route(&format!("{base}/"), post(start))
     };
     // The reference library's dialect also serves the root path.
     if state.config.agora.reference_dialect && !base.is_empty() {
         router = router
             .route("/", post(start))
-            .route("/conversations/{id}", post(follow_up).delete(end_conversation))
+            .route(
+                "/conversations/{id}",
+                post(follow_up).delete(end_conversation),
+            )
             .route("/wellknown", get(wellknown));
     }
     router.with_state(state)
@@ -83,13 +93,18 @@ impl From<InvokeError> for AgoraError {
     fn from(error: InvokeError) -> Self {
         match error {
             InvokeError::Overloaded => AgoraError::Overloaded,
-            InvokeError::Failure { kind: FailureKind::Unsupported, message } => {
-                AgoraError::Rejected(format!("Unsupported: {message}"))
-            }
-            InvokeError::Failure { kind: FailureKind::NotFound, message } => AgoraError::Rejected(message),
-            InvokeError::Failure { kind: FailureKind::PaymentRequired, message } => {
-                AgoraError::Rejected(format!("Payment required: {message}"))
-            }
+            InvokeError::Failure {
+                kind: FailureKind::Unsupported,
+                message,
+            } => AgoraError::Rejected(format!("Unsupported: {message}")),
+            InvokeError::Failure {
+                kind: FailureKind::NotFound,
+                message,
+            } => AgoraError::Rejected(message),
+            InvokeError::Failure {
+                kind: FailureKind::PaymentRequired,
+                message,
+            } => AgoraError::Rejected(format!("Payment required: {message}")),
             other => AgoraError::Internal(other.to_string()),
         }
     }
@@ -101,7 +116,9 @@ impl AgoraError {
             AgoraError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AgoraError::Malformed(_) => StatusCode::BAD_REQUEST,
             AgoraError::NotFound(_) => StatusCode::NOT_FOUND,
-            AgoraError::UnsupportedProtocol | AgoraError::ConversationExpired | AgoraError::Rejected(_) => StatusCode::OK,
+            AgoraError::UnsupportedProtocol
+            | AgoraError::ConversationExpired
+            | AgoraError::Rejected(_) => StatusCode::OK,
             AgoraError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             AgoraError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -144,23 +161,34 @@ fn parse_request(headers: &HeaderMap, raw: &Bytes) -> Result<AgoraRequest, Agora
     if !super::is_json_content_type(headers) {
         return Err(AgoraError::UnsupportedMediaType);
     }
-    let value: Value =
-        serde_json::from_slice(raw).map_err(|e| AgoraError::Malformed(format!("malformed JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(raw)
+        .map_err(|e| AgoraError::Malformed(format!("malformed JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
-        return Err(AgoraError::Malformed("the request must be a JSON object".into()));
+        return Err(AgoraError::Malformed(
+            "the request must be a JSON object".into(),
+        ));
     };
     let body = match fields.remove("body") {
         Some(body @ (Value::String(_) | Value::Object(_))) => body,
-        Some(_) => return Err(AgoraError::Malformed("field `body` must be a string or an object".into())),
+        Some(_) => {
+            return Err(AgoraError::Malformed(
+                "field `body` must be a string or an object".into(),
+            ));
+        }
         None => return Err(AgoraError::Malformed("missing field `body`".into())),
     };
     let protocol_hash = match fields.remove("protocolHash") {
         None | Some(Value::Null) => None,
-        Some(Value::String(hash)) => Some(
-            document::normalise_hash(&hash)
-                .ok_or_else(|| AgoraError::Malformed("`protocolHash` must be a SHA1 in hex (40 digits) or base64".into()))?,
-        ),
-        Some(_) => return Err(AgoraError::Malformed("field `protocolHash` must be a string or null".into())),
+        Some(Value::String(hash)) => Some(document::normalise_hash(&hash).ok_or_else(|| {
+            AgoraError::Malformed(
+                "`protocolHash` must be a SHA1 in hex (40 digits) or base64".into(),
+            )
+        })?),
+        Some(_) => {
+            return Err(AgoraError::Malformed(
+                "field `protocolHash` must be a string or null".into(),
+            ));
+        }
     };
     let sources = match fields.remove("protocolSources") {
         None | Some(Value::Null) => Vec::new(),
@@ -168,17 +196,32 @@ fn parse_request(headers: &HeaderMap, raw: &Bytes) -> Result<AgoraRequest, Agora
             .into_iter()
             .map(|item| match item {
                 Value::String(source) => Ok(source),
-                _ => Err(AgoraError::Malformed("`protocolSources` must be an array of strings".into())),
+                _ => Err(AgoraError::Malformed(
+                    "`protocolSources` must be an array of strings".into(),
+                )),
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(AgoraError::Malformed("field `protocolSources` must be an array of strings".into())),
+        Some(_) => {
+            return Err(AgoraError::Malformed(
+                "field `protocolSources` must be an array of strings".into(),
+            ));
+        }
     };
     let multiround = match fields.remove("multiround") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(flag)) => flag,
-        Some(_) => return Err(AgoraError::Malformed("field `multiround` must be a boolean".into())),
+        Some(_) => {
+            return Err(AgoraError::Malformed(
+                "field `multiround` must be a boolean".into(),
+            ));
+        }
     };
-    Ok(AgoraRequest { body, protocol_hash, sources, multiround })
+    Ok(AgoraRequest {
+        body,
+        protocol_hash,
+        sources,
+        multiround,
+    })
 }
 
 /// `POST {base}`: a single-round request or the start of a conversation.
@@ -190,14 +233,24 @@ async fn start(State(state): State<NodeState>, headers: HeaderMap, raw: Bytes) -
     }
 }
 
-async fn handle_start(state: &NodeState, headers: &HeaderMap, raw: &Bytes) -> Result<Response, AgoraError> {
+async fn handle_start(
+    state: &NodeState,
+    headers: &HeaderMap,
+    raw: &Bytes,
+) -> Result<Response, AgoraError> {
     let request = parse_request(headers, raw)?;
     let registry = state.runtime.registry();
     let (plugin, route, body) = match &request.protocol_hash {
         None => {
             let configured = &state.config.agora.default_plugin;
-            let plugin = if configured.is_empty() { registry.agora_default() } else { registry.by_name(configured) };
-            let plugin = plugin.cloned().ok_or_else(|| AgoraError::Rejected("No handler for requests without a protocol".into()))?;
+            let plugin = if configured.is_empty() {
+                registry.agora_default()
+            } else {
+                registry.by_name(configured)
+            };
+            let plugin = plugin.cloned().ok_or_else(|| {
+                AgoraError::Rejected("No handler for requests without a protocol".into())
+            })?;
             (plugin, String::new(), request.body.clone())
         }
         Some(hash) => match registry.agora_protocol(hash) {
@@ -206,11 +259,22 @@ async fn handle_start(state: &NodeState, headers: &HeaderMap, raw: &Bytes) -> Re
         },
     };
     let conversation = if request.multiround {
-        Some(create_conversation(state, &plugin, request.protocol_hash.clone())?)
+        Some(create_conversation(
+            state,
+            &plugin,
+            request.protocol_hash.clone(),
+        )?)
     } else {
         None
     };
-    let reply = run(state, &plugin, route, conversation.as_ref().map(|(id, _)| id.as_str()), &body).await?;
+    let reply = run(
+        state,
+        &plugin,
+        route,
+        conversation.as_ref().map(|(id, _)| id.as_str()),
+        &body,
+    )
+    .await?;
     match conversation {
         Some((id, record)) => {
             let history_id = history_id(&id);
@@ -235,7 +299,10 @@ async fn resolve_unknown_document(
     }
     let limits = &state.config.agora;
     if request.sources.len() > limits.max_sources {
-        return Err(AgoraError::Malformed(format!("at most {} protocolSources", limits.max_sources)));
+        return Err(AgoraError::Malformed(format!(
+            "at most {} protocolSources",
+            limits.max_sources
+        )));
     }
     let mut verified = None;
     for source in &request.sources {
@@ -247,7 +314,10 @@ async fn resolve_unknown_document(
             },
         };
         if text.len() > limits.max_document_bytes {
-            return Err(AgoraError::Malformed(format!("a protocol source is over {} bytes", limits.max_document_bytes)));
+            return Err(AgoraError::Malformed(format!(
+                "a protocol source is over {} bytes",
+                limits.max_document_bytes
+            )));
         }
         if crate::crypto::protocol_hash(text.as_bytes()) == hash {
             verified = Some(text);
@@ -255,9 +325,14 @@ async fn resolve_unknown_document(
         }
     }
     let Some(document) = verified else {
-        return Err(AgoraError::Rejected("protocolSources do not match protocolHash".into()));
+        return Err(AgoraError::Rejected(
+            "protocolSources do not match protocolHash".into(),
+        ));
     };
-    let plugin = registry.agora_any_document().cloned().ok_or(AgoraError::UnsupportedProtocol)?;
+    let plugin = registry
+        .agora_any_document()
+        .cloned()
+        .ok_or(AgoraError::UnsupportedProtocol)?;
     let body = json!({"protocolDocument": document, "body": request.body});
     Ok((plugin, hash.to_string(), body))
 }
@@ -268,9 +343,16 @@ async fn fetch_source(state: &NodeState, url: &str) -> Result<Option<String>, Ag
         return Ok(None);
     }
     let timeout = std::time::Duration::from_millis(state.config.outbound.timeout_ms);
-    let response = super::http_client::request("GET", url, &[], Vec::new(), timeout, state.config.agora.max_document_bytes)
-        .await
-        .map_err(|e| AgoraError::Rejected(format!("cannot fetch protocol source: {e}")))?;
+    let response = super::http_client::request(
+        "GET",
+        url,
+        &[],
+        Vec::new(),
+        timeout,
+        state.config.agora.max_document_bytes,
+    )
+    .await
+    .map_err(|e| AgoraError::Rejected(format!("cannot fetch protocol source: {e}")))?;
     Ok(String::from_utf8(response.body.to_vec()).ok())
 }
 
@@ -289,12 +371,22 @@ fn create_conversation(
         created_at_ms: now,
         expires_at: now / 1000 + state.config.agora.conversation_ttl_secs,
     };
-    state.store.put(Collection::Conversations, id.as_bytes(), &record, Some(record.expires_at * 1000))?;
+    state.store.put(
+        Collection::Conversations,
+        id.as_bytes(),
+        &record,
+        Some(record.expires_at * 1000),
+    )?;
     Ok((id, record))
 }
 
 /// `POST {base}/conversations/{id}`: a follow-up in a conversation (§7.2).
-async fn follow_up(State(state): State<NodeState>, Path(id): Path<String>, headers: HeaderMap, raw: Bytes) -> Response {
+async fn follow_up(
+    State(state): State<NodeState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
     let dialect = state.config.agora.reference_dialect;
     match handle_follow_up(&state, &id, &headers, &raw).await {
         Ok(reply) => reply,
@@ -302,16 +394,26 @@ async fn follow_up(State(state): State<NodeState>, Path(id): Path<String>, heade
     }
 }
 
-async fn handle_follow_up(state: &NodeState, id: &str, headers: &HeaderMap, raw: &Bytes) -> Result<Response, AgoraError> {
+async fn handle_follow_up(
+    state: &NodeState,
+    id: &str,
+    headers: &HeaderMap,
+    raw: &Bytes,
+) -> Result<Response, AgoraError> {
     let conversation = load_conversation(state, id)?;
     let request = parse_request(headers, raw)?;
     if let Some(hash) = &request.protocol_hash {
         if conversation.protocol_hash.as_ref() != Some(hash) {
-            return Err(AgoraError::Malformed("the protocol cannot change mid-conversation".into()));
+            return Err(AgoraError::Malformed(
+                "the protocol cannot change mid-conversation".into(),
+            ));
         }
     }
     let registry = state.runtime.registry();
-    let plugin = registry.by_name(&conversation.plugin).cloned().ok_or(AgoraError::UnsupportedProtocol)?;
+    let plugin = registry
+        .by_name(&conversation.plugin)
+        .cloned()
+        .ok_or(AgoraError::UnsupportedProtocol)?;
     let route = conversation.protocol_hash.clone().unwrap_or_default();
     let reply = run(state, &plugin, route, Some(id), &request.body).await?;
     let history_id = history_id(id);
@@ -326,7 +428,9 @@ async fn end_conversation(State(state): State<NodeState>, Path(id): Path<String>
     let dialect = state.config.agora.reference_dialect;
     let result = async {
         load_conversation(&state, &id)?;
-        state.store.remove(Collection::Conversations, id.as_bytes())?;
+        state
+            .store
+            .remove(Collection::Conversations, id.as_bytes())?;
         state.store.remove_history(&history_id(&id))?;
         state.store.commit().await?;
         Ok::<_, AgoraError>(success(Value::String("Conversation ended".into()), None))
@@ -339,9 +443,17 @@ fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraE
     if id.len() > 128 {
         return Err(AgoraError::NotFound("Unknown conversation".into()));
     }
-    match state.store.get::<Conversation>(Collection::Conversations, id.as_bytes())? {
+    match state
+        .store
+        .get::<Conversation>(Collection::Conversations, id.as_bytes())?
+    {
         Some(conversation) => Ok(conversation),
-        None if state.store.expired(Collection::Conversations, id.as_bytes())? => Err(AgoraError::ConversationExpired),
+        None if state
+            .store
+            .expired(Collection::Conversations, id.as_bytes())? =>
+        {
+            Err(AgoraError::ConversationExpired)
+        }
         None => Err(AgoraError::NotFound("Unknown conversation".into())),
     }
 }
@@ -352,7 +464,10 @@ async fn wellknown(State(state): State<NodeState>) -> Response {
     let mut documents = Map::new();
     for plugin in registry.plugins() {
         for protocol in &plugin.manifest.protocols {
-            if registry.agora_protocol(&protocol.hash).is_some_and(|p| Arc::ptr_eq(p, plugin)) {
+            if registry
+                .agora_protocol(&protocol.hash)
+                .is_some_and(|p| Arc::ptr_eq(p, plugin))
+            {
                 documents.insert(protocol.hash.clone(), json!([protocol.text]));
             }
         }
@@ -382,7 +497,10 @@ async fn run(
     match state.runtime.invoke(plugin, call, exchange).await {
         Ok(reply) => Ok(serde_json::from_str(&reply).unwrap_or(Value::String(reply))),
         // A body the protocol rejects is a protocol-level error, reported inside `body` (§10.3).
-        Err(InvokeError::Failure { kind: FailureKind::BadRequest, message }) => Ok(json!({"error": message})),
+        Err(InvokeError::Failure {
+            kind: FailureKind::BadRequest,
+            message,
+        }) => Ok(json!({"error": message})),
         Err(error) => Err(error.into()),
     }
 }
@@ -393,10 +511,13 @@ fn history_id(conversation: &str) -> String {
 
 fn append(state: &NodeState, history_id: &str, role: &str, body: &Value) -> Result<(), AgoraError> {
     let entry = json!({"role": role, "body": body, "at": now_ms()});
-    state.store.append_history(history_id, &entry, state.config.agora.max_history_entries).map_err(|error| match error {
-        StoreError::Limit(message) => AgoraError::Rejected(message),
-        other => other.into(),
-    })
+    state
+        .store
+        .append_history(history_id, &entry, state.config.agora.max_history_entries)
+        .map_err(|error| match error {
+            StoreError::Limit(message) => AgoraError::Rejected(message),
+            other => other.into(),
+        })
 }
 
 fn success(body: Value, conversation: Option<(&str, u64)>) -> Response {

@@ -1,0 +1,5 @@
+//! Client commands of `agora-node`, one module per protocol.
+
+pub mod agora;
+pub mod envelope;
+pub mod uagents;

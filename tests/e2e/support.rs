@@ -1,0 +1,380 @@
+//! The end-to-end harness: real `agora-node` processes on loopback, real
+//! plugins built from `plugins/` and `tests/fixtures/`, real sockets.
+//!
+//! A [`TestNode`] runs the binary with its own data folder and a free port,
+//! waits until it prints that it listens, and is killed when dropped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// `../shared/vectors` beside the checkout.
+pub fn vectors_dir() -> PathBuf {
+    repo_root().join("../shared/vectors")
+}
+
+/// Build every plugin and fixture once per test run, and return the folder of built `.wasm` files.
+pub fn built_plugins() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = repo_root();
+            let status = Command::new("bash")
+                .arg("-c")
+                .arg(r#"set -e; args=(); for m in plugins/*/Cargo.toml tests/fixtures/*/Cargo.toml; do args+=(-p "$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$m" | head -n 1)"); done; cargo build --quiet --profile plugin --target wasm32-wasip2 --target-dir target/plugins "${args[@]}""#)
+                .current_dir(&root)
+                .status()
+                .expect("running cargo to build the plugins");
+            assert!(status.success(), "building the plugins failed");
+            root.join("target/plugins/wasm32-wasip2/plugin")
+        })
+        .clone()
+}
+
+/// The built `.wasm` of a plugin crate (package name, e.g. "unit-converter").
+pub fn plugin_wasm(package: &str) -> PathBuf {
+    let path = built_plugins().join(format!("{}.wasm", package.replace('-', "_")));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Install a plugin into a plugins folder the way a user would: write then rename.
+pub fn install_plugin(plugins_dir: &Path, package: &str) -> PathBuf {
+    install_bytes(
+        plugins_dir,
+        package,
+        &std::fs::read(plugin_wasm(package)).expect("reading plugin"),
+    )
+}
+
+pub fn install_bytes(plugins_dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    std::fs::create_dir_all(plugins_dir).unwrap();
+    let target = plugins_dir.join(format!("{name}.wasm"));
+    let temp = plugins_dir.join(format!(".{name}.wasm.tmp"));
+    std::fs::write(&temp, bytes).unwrap();
+    std::fs::rename(&temp, &target).unwrap();
+    target
+}
+
+pub struct TestNode {
+    pub child: Child,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub plugins_dir: PathBuf,
+    pub log: std::sync::Arc<Mutex<Vec<String>>>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+pub struct NodeBuilder {
+    plugins: Vec<String>,
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+    data_dir: Option<PathBuf>,
+    port: Option<u16>,
+}
+
+impl NodeBuilder {
+    /// Install this plugin crate's build before start.
+    pub fn plugin(mut self, package: &str) -> Self {
+        self.plugins.push(package.to_string());
+        self
+    }
+    /// An environment variable for the node (e.g. `AGORA_ARENA__AGENT_ID`).
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.push((key.to_string(), value.into()));
+        self
+    }
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+    /// Reuse a data folder (restart tests).
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    pub fn start(self) -> TestNode {
+        let (temp, data_dir) = match self.data_dir {
+            Some(dir) => (None, dir),
+            None => {
+                let temp = tempfile::tempdir().unwrap();
+                let dir = temp.path().to_path_buf();
+                (Some(temp), dir)
+            }
+        };
+        let plugins_dir = data_dir.join("plugins");
+        for package in &self.plugins {
+            install_plugin(&plugins_dir, package);
+        }
+        let port = self.port.unwrap_or_else(free_port);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agora-node"));
+        command
+            .arg("serve")
+            .args(&self.args)
+            .current_dir(&data_dir)
+            .env("AGORA_LISTEN", format!("127.0.0.1:{port}"))
+            .env("AGORA_DATA_DIR", &data_dir)
+            .env("AGORA_LOG_FORMAT", "human")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("starting agora-node");
+        let log = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("listening on") {
+                    let _ = ready_tx.send(());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let node = TestNode {
+            child,
+            port,
+            data_dir,
+            plugins_dir,
+            log,
+            _temp: temp,
+        };
+        if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            panic!("agora-node did not become ready; log:\n{}", node.log_text());
+        }
+        node
+    }
+}
+
+impl TestNode {
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder {
+            plugins: Vec::new(),
+            env: Vec::new(),
+            args: Vec::new(),
+            data_dir: None,
+            port: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("ws://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Wait until `/health` satisfies `check`, or panic with the log.
+    pub fn wait_for_health(
+        &self,
+        what: &str,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(health) = get_json(&self.url("/health")) {
+                if check(&health) {
+                    return health;
+                }
+                if Instant::now() > deadline {
+                    panic!(
+                        "timed out waiting for {what}; health: {health}\nlog:\n{}",
+                        self.log_text()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Stop with SIGTERM and wait (graceful shutdown).
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        self.child.wait().unwrap()
+    }
+
+    /// Kill without warning (crash) and wait.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether a plugin named `name` is loaded according to a /health document.
+pub fn has_plugin(health: &serde_json::Value, name: &str) -> bool {
+    health["plugins"]
+        .as_array()
+        .is_some_and(|plugins| plugins.iter().any(|p| p["name"] == name))
+}
+
+// --- Blocking HTTP helpers over real sockets (ureq) ---
+
+pub struct HttpReply {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+}
+
+impl HttpReply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> HttpReply {
+    let mut response = response.expect("HTTP request failed");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_string()
+        .unwrap_or_default();
+    HttpReply {
+        status,
+        content_type,
+        body,
+    }
+}
+
+pub fn post(url: &str, content_type: &str, body: &[u8]) -> HttpReply {
+    finish(
+        agent()
+            .post(url)
+            .header("content-type", content_type)
+            .send(body),
+    )
+}
+
+pub fn post_with_headers(url: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
+    let mut request = agent().post(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    finish(request.send(body))
+}
+
+pub fn post_json(url: &str, body: &serde_json::Value) -> HttpReply {
+    post(url, "application/json", body.to_string().as_bytes())
+}
+
+pub fn get(url: &str) -> HttpReply {
+    finish(agent().get(url).call())
+}
+
+pub fn delete(url: &str) -> HttpReply {
+    finish(agent().delete(url).call())
+}
+
+pub fn get_json(url: &str) -> Result<serde_json::Value, String> {
+    let response = agent().get(url).call().map_err(|e| e.to_string())?;
+    let mut response = response;
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+// --- Python peers ---
+
+/// A virtualenv under `target/venvs/NAME` with `packages` installed, made once.
+/// Interop tests run the real reference peers from it.
+pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let venv = repo_root().join("target/venvs").join(name);
+    let python = venv.join("bin/python");
+    let stamp = venv.join(".installed");
+    let wanted = packages.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return python;
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .expect("python3 -m venv")
+        .success();
+    assert!(ok, "creating the venv {name} failed");
+    let ok = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(packages)
+        .status()
+        .expect("pip install")
+        .success();
+    assert!(ok, "pip install {packages:?} failed");
+    std::fs::write(&stamp, wanted).unwrap();
+    python
+}
