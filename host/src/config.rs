@@ -16,10 +16,28 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/agora.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("configuration: {0}")]
+    #[error("{}", describe_figment(.0))]
     Figment(#[from] Box<figment::Error>),
     #[error("configuration key `{key}`: {message}")]
     Invalid { key: &'static str, message: String },
+}
+
+/// Every problem figment found, each naming its key as `section.key` and where the value came from.
+fn describe_figment(error: &figment::Error) -> String {
+    error
+        .clone()
+        .into_iter()
+        .map(|error| {
+            let key = error.path.join(".").to_lowercase();
+            let source = error.metadata.as_ref().map(|m| format!(" (from {})", m.name)).unwrap_or_default();
+            if key.is_empty() {
+                format!("configuration: {}{source}", error.kind)
+            } else {
+                format!("configuration key `{key}`: {}{source}", error.kind)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {

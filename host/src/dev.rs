@@ -96,6 +96,7 @@ pub async fn rebuild_loop(
         );
     }
     let (changes, mut changed) = mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
+    let root = std::path::absolute(&sources).unwrap_or_else(|_| sources.clone());
     let mut debouncer = new_debouncer(
         Duration::from_millis(300),
         None,
@@ -104,7 +105,7 @@ pub async fn rebuild_loop(
                 let paths: BTreeSet<PathBuf> = events
                     .iter()
                     .flat_map(|event| event.paths.iter())
-                    .filter(|path| is_source(path))
+                    .filter(|path| is_source(&root, path))
                     .cloned()
                     .collect();
                 if !paths.is_empty() {
@@ -131,9 +132,11 @@ pub async fn rebuild_loop(
     Ok(())
 }
 
-/// Sources only: never build output, caches or editor droppings.
-fn is_source(path: &Path) -> bool {
-    let in_output = path.components().any(|c| {
+/// Sources only: never build output, caches or editor droppings (judged below `root`,
+/// so a sources folder that itself sits under a dot-folder still works).
+fn is_source(root: &Path, path: &Path) -> bool {
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    let in_output = relative.components().any(|c| {
         let part = c.as_os_str().to_string_lossy();
         part == "target" || part.starts_with('.')
     });
@@ -151,5 +154,20 @@ fn report(krate: &PluginCrate, result: Result<PathBuf, String>) {
         Err(error) => {
             tracing::error!(plugin = %krate.package, "plugin build failed; the previous version keeps serving\n{error}")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_told_from_build_output_below_the_root() {
+        let root = Path::new("/tmp/.hidden/sources");
+        assert!(is_source(root, &root.join("demo/src/lib.rs")));
+        assert!(is_source(root, &root.join("demo/Cargo.toml")));
+        assert!(!is_source(root, &root.join("demo/target/debug/build.rs")));
+        assert!(!is_source(root, &root.join("demo/.git/config.toml")));
+        assert!(!is_source(root, &root.join("demo/src/lib.rs.swp")));
     }
 }

@@ -125,7 +125,13 @@ async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
         println!("agora-node listening on http://{addr}");
     }
     if dev {
-        let target = std::path::absolute("target/plugins").map_err(|e| e.to_string())?;
+        // Build output goes beside the sources' workspace (or where CARGO_TARGET_DIR says),
+        // never into a watched folder.
+        let target = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(dir) => std::path::absolute(dir),
+            None => std::path::absolute(sources.join("../target/plugins")),
+        }
+        .map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             if let Err(error) = agora_node::dev::rebuild_loop(sources, target, plugins_dir).await {
                 tracing::error!(%error, "dev mode watcher stopped");

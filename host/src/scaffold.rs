@@ -58,7 +58,7 @@ pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, Scaf
     let standalone = if in_workspace.is_some() {
         ""
     } else {
-        "\n# A workspace of its own, outside the node's source tree.\n[workspace]\n"
+        "\n# A workspace of its own, outside the node's source tree.\n[workspace]\n\n# What `agora-node dev` builds with.\n[profile.plugin]\ninherits = \"release\"\nstrip = true\n"
     };
     let cargo = format!(
         r#"[package]

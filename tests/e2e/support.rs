@@ -90,6 +90,8 @@ pub struct NodeBuilder {
     args: Vec<String>,
     data_dir: Option<PathBuf>,
     port: Option<u16>,
+    listen_from_env: bool,
+    dev: bool,
 }
 
 impl NodeBuilder {
@@ -117,6 +119,19 @@ impl NodeBuilder {
         self
     }
 
+    /// Start without setting `AGORA_LISTEN`: the listen address comes from a config
+    /// file or flag, and `port` says where the test expects it.
+    pub fn start_with_file_listen(mut self) -> TestNode {
+        self.listen_from_env = false;
+        self.start()
+    }
+
+    /// Start `agora-node dev` instead of `serve`.
+    pub fn start_dev(mut self) -> TestNode {
+        self.dev = true;
+        self.start()
+    }
+
     pub fn start(self) -> TestNode {
         let (temp, data_dir) = match self.data_dir {
             Some(dir) => (None, dir),
@@ -133,16 +148,18 @@ impl NodeBuilder {
         let port = self.port.unwrap_or_else(free_port);
         let mut command = Command::new(env!("CARGO_BIN_EXE_agora-node"));
         command
-            .arg("serve")
+            .arg(if self.dev { "dev" } else { "serve" })
             .args(&self.args)
             .current_dir(&data_dir)
-            .env("AGORA_LISTEN", format!("127.0.0.1:{port}"))
             .env("AGORA_DATA_DIR", &data_dir)
             .env("AGORA_LOG_FORMAT", "human")
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if self.listen_from_env {
+            command.env("AGORA_LISTEN", format!("127.0.0.1:{port}"));
+        }
         for (key, value) in &self.env {
             command.env(key, value);
         }
@@ -189,6 +206,8 @@ impl TestNode {
             args: Vec::new(),
             data_dir: None,
             port: None,
+            listen_from_env: true,
+            dev: false,
         }
     }
 
@@ -210,7 +229,17 @@ impl TestNode {
         what: &str,
         check: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.wait_for_health_within(what, Duration::from_secs(30), check)
+    }
+
+    /// [`Self::wait_for_health`] with a longer patience (builds).
+    pub fn wait_for_health_within(
+        &self,
+        what: &str,
+        patience: Duration,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + patience;
         loop {
             if let Ok(health) = get_json(&self.url("/health")) {
                 if check(&health) {

@@ -336,7 +336,10 @@ impl Runtime {
                     .get_or_create(&crate::metrics::OutcomeLabels::new("ok"))
                     .inc();
             }
-            Ok(None) => {}
+            Ok(None) => {
+                // The file is back to the version already serving: nothing is wrong any more.
+                self.inner.load_errors.write().remove(file);
+            }
             Err(error) => {
                 tracing::error!(file = %file.display(), %error, "plugin not loaded; the previous version (if any) keeps serving");
                 self.inner
