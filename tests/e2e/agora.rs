@@ -981,20 +981,27 @@ fn interop_node_client_against_the_reference_receiver() {
     );
 
     // With a protocol: the library verifies our data: URI against the base64 hash.
-    let unit = support::repo_root().join("protocols/unit-conversion.md");
+    // (agora-protocol 0.2.0's `extract_metadata` reads only the front-matter layout, so
+    // documents exchanged with it are written that way.)
+    let temp = tempfile::tempdir().unwrap();
+    let weather = temp.path().join("weather.md");
+    std::fs::write(&weather, UNKNOWN_DOCUMENT).unwrap();
     let (ok, reply) = cli(&[
         "send",
         base,
-        r#"{"value": 1, "from": "m", "to": "cm"}"#,
+        r#"{"city": "London", "date": "2025-03-14"}"#,
         "--protocol",
-        unit.to_str().unwrap(),
+        weather.to_str().unwrap(),
         "--dialect",
         "reference",
     ]);
     assert!(ok, "{reply}");
     let seen = echo(&reply);
-    assert_eq!(seen["protocol"], "Unit conversion");
-    assert_eq!(seen["echo"], json!({"value": 1, "from": "m", "to": "cm"}));
+    assert_eq!(seen["protocol"], "Weather");
+    assert_eq!(
+        seen["echo"],
+        json!({"city": "London", "date": "2025-03-14"})
+    );
 
     // The spec's hex hash does not verify there; the client reads the library's failure shape.
     let guess = support::repo_root().join("protocols/guess-number.md");
