@@ -166,9 +166,12 @@ pub struct AgoraConfig {
     pub reference_dialect: bool,
     /// Hosts `protocolSources` URLs may be fetched from; none by default.
     pub source_hosts: Vec<String>,
+    /// Most `protocolSources` entries one request may carry.
     pub max_sources: usize,
+    /// Largest protocol document (decoded) the node reads from a source.
     pub max_document_bytes: usize,
-    /// Conversations kept per node; the oldest expire first beyond it.
+    /// History entries kept per conversation (two per round); a conversation
+    /// that reaches it must be ended and a new one started.
     pub max_history_entries: usize,
 }
 

@@ -1,24 +1,31 @@
-//! `agora-node agora …`: the Agora two-party JSON client on the command line.
+//! `agora-node agora …`: the Agora two-party JSON client on the command line
+//! (`specs/agora-two-party-json.txt` §5–7). The reply is printed as JSON in the
+//! spec's shape whichever dialect the peer speaks; a failure exits non-zero.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 
-use crate::transports::agora::client as agora_client;
+use crate::transports::agora::client::{self as agora_client, Dialect};
 
 #[derive(Subcommand)]
 pub enum Command {
     /// Send a request: BODY is JSON, or plain text sent as a string.
     Send {
+        /// The peer's base URL, e.g. http://127.0.0.1:8080/agora.
         url: String,
         body: String,
-        /// Protocol document to use (its hash and text are sent).
+        /// Protocol document to use (its hash, and its text as a data: URI source, are sent).
         #[arg(long)]
         protocol: Option<PathBuf>,
-        /// Start a multi-round conversation.
+        /// Start a multi-round conversation; the reply carries its conversationId.
         #[arg(long)]
         multiround: bool,
+        /// How the protocol hash is written: `spec` (hex) or `reference`
+        /// (base64, what agora-protocol 0.2.0's ReceiverServer checks).
+        #[arg(long, value_enum, default_value_t = DialectArg::Spec)]
+        dialect: DialectArg,
     },
     /// Continue a conversation.
     Follow {
@@ -28,6 +35,12 @@ pub enum Command {
     },
     /// End a conversation.
     Close { url: String, conversation: String },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum DialectArg {
+    Spec,
+    Reference,
 }
 
 fn body_value(text: &str) -> serde_json::Value {
@@ -43,6 +56,7 @@ pub async fn run(command: Command) -> Result<(), String> {
             body,
             protocol,
             multiround,
+            dialect,
         } => {
             let protocol_document = match protocol {
                 Some(path) => Some(
@@ -56,6 +70,10 @@ pub async fn run(command: Command) -> Result<(), String> {
                 protocol_document,
                 multiround,
                 conversation_id: None,
+                dialect: match dialect {
+                    DialectArg::Spec => Dialect::Spec,
+                    DialectArg::Reference => Dialect::Reference,
+                },
             };
             agora_client::send(&url, &request, timeout, limit).await
         }

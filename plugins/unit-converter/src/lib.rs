@@ -128,6 +128,16 @@ fn answer(request: Request) -> Value {
     }
 }
 
+/// The body as an object, or a string holding one: agora-protocol 0.2.0 sends
+/// every body as a string, so a structured query arrives as JSON text.
+fn parse_body(body: &str) -> Option<Request> {
+    match serde_json::from_str::<Value>(body).ok()? {
+        Value::String(inner) => serde_json::from_str(&inner).ok(),
+        object @ Value::Object(_) => serde_json::from_value(object).ok(),
+        _ => None,
+    }
+}
+
 impl Plugin for UnitConverter {
     fn manifest() -> Manifest {
         Manifest::new("unit-converter", env!("CARGO_PKG_VERSION"))
@@ -143,9 +153,9 @@ impl Plugin for UnitConverter {
 
     fn handle(message: Message) -> Result<String, Failure> {
         // A body that is not even an object is still a protocol-level error (spec §10.3).
-        let reply_body = match serde_json::from_str::<Request>(&message.body) {
-            Ok(request) => answer(request),
-            Err(_) => json!({"error": "body must be an object {\"value\", \"from\", \"to\"}"}),
+        let reply_body = match parse_body(&message.body) {
+            Some(request) => answer(request),
+            None => json!({"error": "body must be an object {\"value\", \"from\", \"to\"}"}),
         };
         reply(reply_body)
     }

@@ -1,7 +1,9 @@
-//! The Agora two-party client: what `agora-node agora …` and plugins'
-//! outbound calls use. It sends the spec's shape, includes the protocol
-//! document as a `data:` URI source so a peer that does not know the hash can
-//! still verify it, and reads both the spec's and agora-protocol 0.2.0's replies.
+//! The Agora two-party client (`specs/agora-two-party-json.txt` §5–7): what
+//! `agora-node agora …` and plugins' outbound calls use. It sends the spec's
+//! shape, includes the protocol document as a `data:` URI source so a peer that
+//! does not know the hash can still verify it, and reads both the spec's and
+//! agora-protocol 0.2.0's replies. [`Dialect::Reference`] writes the hash the
+//! way that library's `ReceiverServer` checks it (base64 of the digest).
 
 use std::time::Duration;
 
@@ -9,6 +11,16 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::transports::http_client::{self, ClientError};
+
+/// How a request names its protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// The spec: `protocolHash` is 40 hex digits.
+    #[default]
+    Spec,
+    /// agora-protocol 0.2.0: `protocolHash` is the base64 of the SHA1 digest.
+    Reference,
+}
 
 /// One request to send.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +31,7 @@ pub struct ClientRequest {
     pub multiround: bool,
     /// Continue this conversation instead of starting a new exchange.
     pub conversation_id: Option<String>,
+    pub dialect: Dialect,
 }
 
 /// A peer's reply in either dialect.
@@ -48,7 +61,8 @@ impl ClientReply {
 }
 
 /// The JSON a plugin passes to `host.outbound` for Agora:
-/// `{"body": …, "protocol": "<document>"?, "multiround": bool?, "conversationId": "…"?}`.
+/// `{"body": …, "protocol": "<document>"?, "multiround": bool?, "conversationId": "…"?,
+/// "dialect": "spec" | "reference"?}`.
 pub struct OutboundAgora(ClientRequest);
 
 impl OutboundAgora {
@@ -69,11 +83,18 @@ impl OutboundAgora {
         let conversation_id = fields
             .remove("conversationId")
             .and_then(|v| v.as_str().map(str::to_string));
+        let dialect = match fields.remove("dialect") {
+            None | Some(Value::Null) => Dialect::Spec,
+            Some(Value::String(name)) if name == "spec" => Dialect::Spec,
+            Some(Value::String(name)) if name == "reference" => Dialect::Reference,
+            Some(_) => return Err("`dialect` must be \"spec\" or \"reference\"".into()),
+        };
         Ok(OutboundAgora(ClientRequest {
             body,
             protocol_document,
             multiround,
             conversation_id,
+            dialect,
         }))
     }
 
@@ -82,20 +103,32 @@ impl OutboundAgora {
     }
 }
 
+/// The request body. Follow-ups carry only `body` (§7.2: no `protocolHash`).
+/// `protocolSources` is always present on a first request, empty without a
+/// protocol, because agora-protocol 0.2.0's server reads it unconditionally.
 fn request_json(request: &ClientRequest) -> Value {
     let mut json = json!({"body": request.body});
-    if request.conversation_id.is_none() {
-        if let Some(document) = &request.protocol_document {
-            json["protocolHash"] = json!(crate::crypto::protocol_hash(document.as_bytes()));
+    if request.conversation_id.is_some() {
+        return json;
+    }
+    match &request.protocol_document {
+        Some(document) => {
+            let hex_hash = crate::crypto::protocol_hash(document.as_bytes());
+            json["protocolHash"] = match request.dialect {
+                Dialect::Spec => json!(hex_hash),
+                Dialect::Reference => json!(super::document::hash_as_base64(&hex_hash)),
+            };
             let encoded = base64::engine::general_purpose::STANDARD.encode(document.as_bytes());
             json["protocolSources"] =
                 json!([format!("data:text/plain;charset=utf-8;base64,{encoded}")]);
-        } else {
+        }
+        None => {
             json["protocolHash"] = Value::Null;
+            json["protocolSources"] = json!([]);
         }
-        if request.multiround {
-            json["multiround"] = json!(true);
-        }
+    }
+    if request.multiround {
+        json["multiround"] = json!(true);
     }
     json
 }
@@ -139,6 +172,8 @@ pub async fn close(
     Ok(parse_reply(response.status, &response.body))
 }
 
+/// A reply in the spec's shape (`failure` + `error`) or the library's
+/// (`error` + `message`); anything else is reported with its HTTP status.
 fn parse_reply(http_status: u16, bytes: &[u8]) -> ClientReply {
     let value: Value = serde_json::from_slice(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
@@ -166,5 +201,50 @@ fn parse_reply(http_status: u16, bytes: &[u8]) -> ClientReply {
             .and_then(Value::as_str)
             .map(str::to_string),
         conversation_expires: value.get("conversationExpires").cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_requests_carry_hash_and_sources_in_either_dialect() {
+        let mut request = ClientRequest {
+            body: json!("hi"),
+            protocol_document: Some("name: a\n---\nx".into()),
+            ..Default::default()
+        };
+        let spec = request_json(&request);
+        let hex_hash = crate::crypto::protocol_hash(b"name: a\n---\nx");
+        assert_eq!(spec["protocolHash"], json!(hex_hash));
+        request.dialect = Dialect::Reference;
+        let reference = request_json(&request);
+        assert_eq!(
+            reference["protocolHash"],
+            json!(crate::transports::agora::document::hash_as_base64(
+                &hex_hash
+            ))
+        );
+        assert_eq!(spec["protocolSources"], reference["protocolSources"]);
+        request.conversation_id = Some("c".into());
+        assert_eq!(request_json(&request), json!({"body": "hi"}));
+    }
+
+    #[test]
+    fn reads_both_failure_shapes() {
+        let spec = parse_reply(
+            200,
+            br#"{"status":"failure","error":"Unsupported protocol"}"#,
+        );
+        let library = parse_reply(
+            200,
+            br#"{"status":"error","message":"Conversation not found."}"#,
+        );
+        assert!(!spec.success && !library.success);
+        assert_eq!(spec.error.as_deref(), Some("Unsupported protocol"));
+        assert_eq!(library.error.as_deref(), Some("Conversation not found."));
+        let http = parse_reply(404, b"nope");
+        assert!(http.error.unwrap().starts_with("HTTP 404"));
     }
 }

@@ -13,36 +13,122 @@ pub struct Metadata {
     pub multiround: Option<bool>,
 }
 
-pub fn metadata(document: &str) -> Metadata {
-    let mut lines = document.lines().peekable();
-    // Front-matter layout: skip a leading `---` line.
-    if lines.peek().is_some_and(|line| line.trim() == "---") {
-        lines.next();
+/// A protocol document split into its two parts (§8.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document<'a> {
+    pub metadata: Metadata,
+    pub specification: &'a str,
+}
+
+/// Split a document at its `---` line (after an optional leading one, the
+/// front-matter layout). Fails when there is no separator or the metadata
+/// lacks a key §8.1 requires.
+pub fn parse(document: &str) -> Result<Document<'_>, String> {
+    let (meta_text, specification) =
+        split(document).ok_or("no `---` line separates the metadata from the specification")?;
+    let metadata = read_metadata(meta_text);
+    for (key, present) in [
+        ("name", metadata.name.is_some()),
+        ("description", metadata.description.is_some()),
+        ("multiround", metadata.multiround.is_some()),
+    ] {
+        if !present {
+            return Err(format!("the metadata has no `{key}`"));
+        }
     }
-    let mut meta = Metadata::default();
-    for line in lines {
+    Ok(Document {
+        metadata,
+        specification,
+    })
+}
+
+/// The metadata of either layout; keys that are missing stay `None`.
+pub fn metadata(document: &str) -> Metadata {
+    match split(document) {
+        Some((meta, _)) => read_metadata(meta),
+        None => read_metadata(document),
+    }
+}
+
+/// (metadata text, specification text) around the separating `---` line.
+fn split(document: &str) -> Option<(&str, &str)> {
+    let body = strip_separator_line(document).unwrap_or(document);
+    let mut offset = 0;
+    for line in body.split_inclusive('\n') {
         if line.trim() == "---" {
-            break;
+            return Some((&body[..offset], &body[offset + line.len()..]));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// The text after a leading `---` line, if the document starts with one.
+fn strip_separator_line(text: &str) -> Option<&str> {
+    let first = text.split_inclusive('\n').next()?;
+    (first.trim() == "---").then(|| &text[first.len()..])
+}
+
+/// The three scalar keys of a YAML mapping, including folded (`>`) and literal
+/// (`|`) block scalars, which the reference library's documents use for descriptions.
+fn read_metadata(text: &str) -> Metadata {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut meta = Metadata::default();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        if line.starts_with([' ', '\t']) || line.trim_start().starts_with('#') {
+            continue;
         }
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
-        let value = value
-            .trim()
-            .trim_matches(|c| c == '"' || c == '\'')
-            .to_string();
+        let mut value = value.trim().to_string();
+        let block = value.starts_with('>') || value.starts_with('|');
+        if block || value.is_empty() {
+            let mut parts = Vec::new();
+            while i < lines.len()
+                && (lines[i].starts_with([' ', '\t']) || lines[i].trim().is_empty())
+            {
+                parts.push(lines[i].trim());
+                i += 1;
+            }
+            let joiner = if value.starts_with('|') { "\n" } else { " " };
+            value = parts
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join(joiner);
+        } else {
+            value = unquote(&value).to_string();
+        }
         match key.trim() {
             "name" => meta.name = Some(value),
             "description" => meta.description = Some(value),
             "multiround" => {
-                meta.multiround = matches!(value.to_ascii_lowercase().as_str(), "true" | "yes")
-                    .then_some(true)
-                    .or(Some(false))
+                meta.multiround = match value.to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "on" => Some(true),
+                    "false" | "no" | "off" => Some(false),
+                    _ => None,
+                }
             }
             _ => {}
         }
     }
     meta
+}
+
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|rest| rest.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
 }
 
 /// A `protocolHash` as 40 hex digits (the spec) or base64 of the 20-byte digest
@@ -71,28 +157,44 @@ pub fn hash_as_base64(hex_hash: &str) -> Option<String> {
         .map(|digest| base64::engine::general_purpose::STANDARD.encode(digest))
 }
 
-/// Decode one `protocolSources` entry that is inline: a `data:` URI, or the text itself.
-/// `None` means it is a URL to fetch.
-pub fn inline_source(source: &str) -> Option<Result<String, String>> {
+/// Decode one `protocolSources` entry that is inline: a `data:` URI, or the text
+/// itself. `None` means it is a URL to fetch. A decoded document over `limit`
+/// bytes is an error, checked before decoding allocates.
+pub fn inline_source(source: &str, limit: usize) -> Option<Result<String, String>> {
+    let too_large = || format!("a protocol source is over the {limit}-byte limit");
     if let Some(rest) = source.strip_prefix("data:") {
         let Some((header, payload)) = rest.split_once(',') else {
             return Some(Err("a data: URI has no ','".into()));
         };
         let bytes = if header.ends_with(";base64") {
-            match base64::engine::general_purpose::STANDARD.decode(payload.trim()) {
+            let payload = payload.trim();
+            if payload.len() / 4 * 3 > limit + 3 {
+                return Some(Err(too_large()));
+            }
+            match base64::engine::general_purpose::STANDARD.decode(payload) {
                 Ok(bytes) => bytes,
                 Err(e) => return Some(Err(format!("a data: URI is not valid base64: {e}"))),
             }
         } else {
+            // Every %-escape is 3 bytes of 1 decoded one: a payload this long decodes over the limit.
+            if payload.len() > limit.saturating_mul(3) {
+                return Some(Err(too_large()));
+            }
             match percent_decode(payload) {
                 Some(bytes) => bytes,
                 None => return Some(Err("a data: URI has a bad %-escape".into())),
             }
         };
+        if bytes.len() > limit {
+            return Some(Err(too_large()));
+        }
         return Some(String::from_utf8(bytes).map_err(|_| "a data: URI is not UTF-8".to_string()));
     }
     if source.starts_with("http://") || source.starts_with("https://") {
         return None;
+    }
+    if source.len() > limit {
+        return Some(Err(too_large()));
     }
     Some(Ok(source.to_string()))
 }
@@ -124,6 +226,23 @@ mod tests {
         let front = "---\nname: A\ndescription: d\nmultiround: true\n---\n\ntext";
         assert_eq!(metadata(spec), metadata(front));
         assert_eq!(metadata(spec).multiround, Some(true));
+        assert_eq!(parse(spec).unwrap().specification, "text");
+        assert_eq!(parse(front).unwrap().specification, "\ntext");
+    }
+
+    #[test]
+    fn reads_block_scalars_and_refuses_incomplete_documents() {
+        let folded = "---\nname: 'B'\ndescription: >\n  two\n  lines\nmultiround: no\n---\nx";
+        let meta = parse(folded).unwrap().metadata;
+        assert_eq!(meta.name.as_deref(), Some("B"));
+        assert_eq!(meta.description.as_deref(), Some("two lines"));
+        assert_eq!(meta.multiround, Some(false));
+        assert!(parse("name: A\ndescription: d\nmultiround: true\ntext").is_err());
+        assert!(
+            parse("name: A\n---\ntext")
+                .unwrap_err()
+                .contains("description")
+        );
     }
 
     #[test]
@@ -138,15 +257,21 @@ mod tests {
     #[test]
     fn data_uris_decode() {
         assert_eq!(
-            inline_source("data:text/plain;base64,aGk=")
+            inline_source("data:text/plain;base64,aGk=", 10)
                 .unwrap()
                 .unwrap(),
             "hi"
         );
         assert_eq!(
-            inline_source("data:text/plain,a%20b").unwrap().unwrap(),
+            inline_source("data:text/plain,a%20b", 10).unwrap().unwrap(),
             "a b"
         );
-        assert!(inline_source("https://x/y").is_none());
+        assert!(inline_source("https://x/y", 10).is_none());
+        assert!(
+            inline_source("data:text/plain,aaaaaaaaaaa", 10)
+                .unwrap()
+                .is_err()
+        );
+        assert!(inline_source("aaaaaaaaaaa", 10).unwrap().is_err());
     }
 }

@@ -5,7 +5,8 @@
 //!   or `{"status":"failure","error":…}`.
 //! - §7: multi-round conversations live in sled under unguessable ids;
 //!   follow-ups go to `{base}/conversations/{id}`; `DELETE` ends one.
-//! - §8: documents are routed by the SHA1 of their exact bytes.
+//! - §8: documents are routed by the SHA1 of their exact bytes; a hash may be
+//!   written in hex (the spec) or base64 (agora-protocol 0.2.0).
 //! - §9: `GET {base}/wellknown` lists every fully supported document.
 //! - §10: transport errors are HTTP statuses, Agora errors are 200 + failure,
 //!   protocol errors are the plugin's business inside `body`. [`AgoraError`]
@@ -17,6 +18,7 @@ pub mod document;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,9 +31,17 @@ use serde_json::{Map, Value, json};
 
 use super::NodeState;
 use crate::runtime::{
-    Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, TransportKind,
+    Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, Registry, TransportKind,
 };
 use crate::store::{Collection, StoreError, now_ms};
+
+/// How long an expired conversation id keeps answering "Conversation expired"
+/// (instead of 404) before the sweeper forgets it.
+const EXPIRED_ID_RETENTION_SECS: u64 = 24 * 3600;
+
+/// Longest conversation id the node ever issues is 32 characters; anything
+/// longer is unknown without touching the store.
+const MAX_CONVERSATION_ID_LEN: usize = 64;
 
 pub fn router(state: NodeState) -> Router {
     let base = state.config.agora.path.trim_end_matches('/').to_string();
@@ -66,6 +76,8 @@ pub fn router(state: NodeState) -> Router {
 pub enum AgoraError {
     #[error("Content-Type must be application/json")]
     UnsupportedMediaType,
+    #[error("the request body is over the {0}-byte limit")]
+    TooLarge(usize),
     #[error("{0}")]
     Malformed(String),
     #[error("{0}")]
@@ -114,6 +126,7 @@ impl AgoraError {
     fn status(&self) -> StatusCode {
         match self {
             AgoraError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            AgoraError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             AgoraError::Malformed(_) => StatusCode::BAD_REQUEST,
             AgoraError::NotFound(_) => StatusCode::NOT_FOUND,
             AgoraError::UnsupportedProtocol
@@ -138,6 +151,18 @@ impl AgoraError {
         };
         (status, axum::Json(body)).into_response()
     }
+
+    /// A body the HTTP layer refused before it reached us (size limit, broken stream).
+    fn from_rejection(rejection: BytesRejection, limit: usize) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            AgoraError::TooLarge(limit)
+        } else {
+            AgoraError::Malformed(format!(
+                "cannot read the request body: {}",
+                rejection.body_text()
+            ))
+        }
+    }
 }
 
 /// A validated request (§6.1). Unknown fields are ignored.
@@ -152,16 +177,28 @@ struct AgoraRequest {
 struct Conversation {
     plugin: String,
     protocol_hash: Option<String>,
+    /// The verified document, for conversations served by an any-document plugin
+    /// (that plugin has no copy of its own to read on follow-ups).
+    #[serde(default)]
+    document: Option<String>,
     created_at_ms: u64,
     /// Unix seconds, as `conversationExpires` says.
     expires_at: u64,
+    /// Rounds started, the first included; bounds the stored history.
+    #[serde(default)]
+    rounds: u64,
 }
 
-fn parse_request(headers: &HeaderMap, raw: &Bytes) -> Result<AgoraRequest, AgoraError> {
+fn parse_request(
+    state: &NodeState,
+    headers: &HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<AgoraRequest, AgoraError> {
     if !super::is_json_content_type(headers) {
         return Err(AgoraError::UnsupportedMediaType);
     }
-    let value: Value = serde_json::from_slice(raw)
+    let raw = raw.map_err(|r| AgoraError::from_rejection(r, state.config.http.max_body_bytes))?;
+    let value: Value = serde_json::from_slice(&raw)
         .map_err(|e| AgoraError::Malformed(format!("malformed JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
         return Err(AgoraError::Malformed(
@@ -190,8 +227,15 @@ fn parse_request(headers: &HeaderMap, raw: &Bytes) -> Result<AgoraRequest, Agora
             ));
         }
     };
+    let max_sources = state.config.agora.max_sources;
     let sources = match fields.remove("protocolSources") {
         None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) if items.len() > max_sources => {
+            return Err(AgoraError::Malformed(format!(
+                "`protocolSources` has {} entries, at most {max_sources} are accepted",
+                items.len()
+            )));
+        }
         Some(Value::Array(items)) => items
             .into_iter()
             .map(|item| match item {
@@ -225,116 +269,153 @@ fn parse_request(headers: &HeaderMap, raw: &Bytes) -> Result<AgoraRequest, Agora
 }
 
 /// `POST {base}`: a single-round request or the start of a conversation.
-async fn start(State(state): State<NodeState>, headers: HeaderMap, raw: Bytes) -> Response {
+async fn start(
+    State(state): State<NodeState>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
     let dialect = state.config.agora.reference_dialect;
-    match handle_start(&state, &headers, &raw).await {
+    match handle_start(&state, &headers, raw).await {
         Ok(reply) => reply,
         Err(error) => error.into_response(dialect),
     }
 }
 
+/// Where a request goes, once its protocol is settled.
+struct Route {
+    plugin: Arc<LoadedPlugin>,
+    /// The hex hash the plugin sees as `route` (empty without a protocol).
+    key: String,
+    /// Set when an any-document plugin serves a document the request brought along.
+    document: Option<String>,
+}
+
 async fn handle_start(
     state: &NodeState,
     headers: &HeaderMap,
-    raw: &Bytes,
+    raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AgoraError> {
-    let request = parse_request(headers, raw)?;
+    let request = parse_request(state, headers, raw)?;
     let registry = state.runtime.registry();
-    let (plugin, route, body) = match &request.protocol_hash {
-        None => {
-            let configured = &state.config.agora.default_plugin;
-            let plugin = if configured.is_empty() {
-                registry.agora_default()
-            } else {
-                registry.by_name(configured)
-            };
-            let plugin = plugin.cloned().ok_or_else(|| {
-                AgoraError::Rejected("No handler for requests without a protocol".into())
-            })?;
-            (plugin, String::new(), request.body.clone())
-        }
-        Some(hash) => match registry.agora_protocol(hash) {
-            Some(plugin) => (plugin.clone(), hash.clone(), request.body.clone()),
-            None => resolve_unknown_document(state, &registry, hash, &request).await?,
+    let route = match &request.protocol_hash {
+        None => Route {
+            plugin: default_plugin(state, &registry)?,
+            key: String::new(),
+            document: None,
         },
+        Some(hash) => resolve_protocol(state, &registry, hash, &request.sources).await?,
     };
-    let conversation = if request.multiround {
-        Some(create_conversation(
-            state,
-            &plugin,
-            request.protocol_hash.clone(),
-        )?)
-    } else {
-        None
-    };
-    let reply = run(
-        state,
-        &plugin,
-        route,
-        conversation.as_ref().map(|(id, _)| id.as_str()),
-        &body,
-    )
-    .await?;
-    match conversation {
-        Some((id, record)) => {
-            let history_id = history_id(&id);
-            append(state, &history_id, "user", &request.body)?;
-            append(state, &history_id, "agent", &reply)?;
-            state.store.commit().await?;
-            Ok(success(reply, Some((&id, record.expires_at))))
-        }
-        None => Ok(success(reply, None)),
+    let body = plugin_body(&request.body, route.document.as_deref());
+    if !request.multiround {
+        let reply = run(state, &route.plugin, route.key, None, &body).await?;
+        return Ok(success(reply, None));
     }
+    let (id, record) = create_conversation(state, &route, request.protocol_hash.clone())?;
+    let reply = match run(state, &route.plugin, route.key, Some(&id), &body).await {
+        Ok(reply) => reply,
+        Err(error) => {
+            // Nobody learns the id of a conversation whose first round failed.
+            state
+                .store
+                .remove(Collection::Conversations, id.as_bytes())?;
+            return Err(error);
+        }
+    };
+    append(state, &id, "user", &request.body)?;
+    append(state, &id, "agent", &reply)?;
+    state.store.commit().await?;
+    Ok(success(reply, Some((&id, record.expires_at))))
 }
 
-/// An unknown hash: the request's own sources may carry the document (§8.3).
-async fn resolve_unknown_document(
+fn default_plugin(state: &NodeState, registry: &Registry) -> Result<Arc<LoadedPlugin>, AgoraError> {
+    let configured = &state.config.agora.default_plugin;
+    let plugin = if configured.is_empty() {
+        registry.agora_default()
+    } else {
+        registry.by_name(configured)
+    };
+    plugin
+        .cloned()
+        .ok_or_else(|| AgoraError::Rejected("No handler for requests without a protocol".into()))
+}
+
+/// What the request's `protocolSources` say about its hash.
+enum SourceCheck {
+    /// A source holds the document: its exact text hashes to `protocolHash`.
+    Verified(String),
+    /// Inline sources were given and none of them hashes to `protocolHash`.
+    Mismatch,
+    /// Nothing to check: no sources, or only URLs the node may not fetch.
+    Unverifiable,
+}
+
+/// Route a request that names a protocol (§8.3). A known hash goes to its
+/// plugin; an unknown one is served only when a source proves the document
+/// and a plugin accepts any verified document.
+async fn resolve_protocol(
     state: &NodeState,
-    registry: &crate::runtime::Registry,
+    registry: &Registry,
     hash: &str,
-    request: &AgoraRequest,
-) -> Result<(Arc<LoadedPlugin>, String, Value), AgoraError> {
-    if request.sources.is_empty() {
-        return Err(AgoraError::UnsupportedProtocol);
-    }
-    let limits = &state.config.agora;
-    if request.sources.len() > limits.max_sources {
-        return Err(AgoraError::Malformed(format!(
-            "at most {} protocolSources",
-            limits.max_sources
-        )));
-    }
-    let mut verified = None;
-    for source in &request.sources {
-        let text = match document::inline_source(source) {
-            Some(decoded) => decoded.map_err(AgoraError::Malformed)?,
-            None => match fetch_source(state, source).await? {
-                Some(text) => text,
-                None => continue,
-            },
-        };
-        if text.len() > limits.max_document_bytes {
-            return Err(AgoraError::Malformed(format!(
-                "a protocol source is over {} bytes",
-                limits.max_document_bytes
-            )));
-        }
-        if crate::crypto::protocol_hash(text.as_bytes()) == hash {
-            verified = Some(text);
-            break;
-        }
-    }
-    let Some(document) = verified else {
+    sources: &[String],
+) -> Result<Route, AgoraError> {
+    let known = registry.agora_protocol(hash).cloned();
+    // Inline sources are always checked: a request whose own sources contradict
+    // its hash is broken, whether or not this node knows the hash.
+    let check = check_sources(state, hash, sources, known.is_none()).await?;
+    if matches!(check, SourceCheck::Mismatch) {
         return Err(AgoraError::Rejected(
             "protocolSources do not match protocolHash".into(),
         ));
+    }
+    if let Some(plugin) = known {
+        return Ok(Route {
+            plugin,
+            key: hash.to_string(),
+            document: None,
+        });
+    }
+    let SourceCheck::Verified(text) = check else {
+        return Err(AgoraError::UnsupportedProtocol);
     };
-    let plugin = registry
-        .agora_any_document()
-        .cloned()
-        .ok_or(AgoraError::UnsupportedProtocol)?;
-    let body = json!({"protocolDocument": document, "body": request.body});
-    Ok((plugin, hash.to_string(), body))
+    let Some(plugin) = registry.agora_any_document().cloned() else {
+        return Err(AgoraError::UnsupportedProtocol);
+    };
+    document::parse(&text)
+        .map_err(|problem| AgoraError::Rejected(format!("Invalid protocol document: {problem}")))?;
+    Ok(Route {
+        plugin,
+        key: hash.to_string(),
+        document: Some(text),
+    })
+}
+
+async fn check_sources(
+    state: &NodeState,
+    hash: &str,
+    sources: &[String],
+    may_fetch: bool,
+) -> Result<SourceCheck, AgoraError> {
+    let limit = state.config.agora.max_document_bytes;
+    let mut mismatch = false;
+    for source in sources {
+        let text = match document::inline_source(source, limit) {
+            Some(decoded) => decoded.map_err(AgoraError::Malformed)?,
+            None if may_fetch => match fetch_source(state, source).await? {
+                Some(text) => text,
+                None => continue,
+            },
+            None => continue,
+        };
+        if crate::crypto::protocol_hash(text.as_bytes()) == hash {
+            return Ok(SourceCheck::Verified(text));
+        }
+        mismatch = true;
+    }
+    Ok(if mismatch {
+        SourceCheck::Mismatch
+    } else {
+        SourceCheck::Unverifiable
+    })
 }
 
 /// Fetch a source URL only from hosts `agora.source_hosts` allows; others are skipped.
@@ -353,31 +434,70 @@ async fn fetch_source(state: &NodeState, url: &str) -> Result<Option<String>, Ag
     )
     .await
     .map_err(|e| AgoraError::Rejected(format!("cannot fetch protocol source: {e}")))?;
+    if response.status != 200 {
+        return Ok(None);
+    }
     Ok(String::from_utf8(response.body.to_vec()).ok())
+}
+
+/// What the plugin receives: the body itself, or for an any-document plugin the
+/// verified document beside it.
+fn plugin_body(body: &Value, document: Option<&str>) -> Value {
+    match document {
+        Some(text) => json!({"protocolDocument": text, "body": body}),
+        None => body.clone(),
+    }
 }
 
 fn create_conversation(
     state: &NodeState,
-    plugin: &LoadedPlugin,
+    route: &Route,
     protocol_hash: Option<String>,
 ) -> Result<(String, Conversation), AgoraError> {
+    // 192 random bits (§11: hard to guess).
     let mut id_bytes = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut id_bytes);
     let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id_bytes);
     let now = now_ms();
+    let ttl_ms = state
+        .config
+        .agora
+        .conversation_ttl_secs
+        .saturating_mul(1000);
     let record = Conversation {
-        plugin: plugin.manifest.name.clone(),
+        plugin: route.plugin.manifest.name.clone(),
         protocol_hash,
+        document: route.document.clone(),
         created_at_ms: now,
-        expires_at: now / 1000 + state.config.agora.conversation_ttl_secs,
+        // Rounded up, so a conversation lives at least the configured time.
+        expires_at: now.saturating_add(ttl_ms).div_ceil(1000),
+        rounds: 1,
     };
+    store_conversation(state, &id, &record)?;
+    Ok((id, record))
+}
+
+fn store_conversation(
+    state: &NodeState,
+    id: &str,
+    record: &Conversation,
+) -> Result<(), AgoraError> {
     state.store.put(
         Collection::Conversations,
         id.as_bytes(),
-        &record,
-        Some(record.expires_at * 1000),
+        record,
+        Some(store_expiry_ms(record)),
     )?;
-    Ok((id, record))
+    Ok(())
+}
+
+/// The store keeps a record past `conversationExpires` so the id can still be
+/// answered "Conversation expired"; the sweeper drops it (and its history) later.
+fn store_expiry_ms(record: &Conversation) -> u64 {
+    record
+        .expires_at
+        .saturating_add(EXPIRED_ID_RETENTION_SECS)
+        .saturating_mul(1000)
 }
 
 /// `POST {base}/conversations/{id}`: a follow-up in a conversation (§7.2).
@@ -385,10 +505,10 @@ async fn follow_up(
     State(state): State<NodeState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    raw: Bytes,
+    raw: Result<Bytes, BytesRejection>,
 ) -> Response {
     let dialect = state.config.agora.reference_dialect;
-    match handle_follow_up(&state, &id, &headers, &raw).await {
+    match handle_follow_up(&state, &id, &headers, raw).await {
         Ok(reply) => reply,
         Err(error) => error.into_response(dialect),
     }
@@ -398,10 +518,12 @@ async fn handle_follow_up(
     state: &NodeState,
     id: &str,
     headers: &HeaderMap,
-    raw: &Bytes,
+    raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AgoraError> {
+    let request = parse_request(state, headers, raw)?;
     let conversation = load_conversation(state, id)?;
-    let request = parse_request(headers, raw)?;
+    // §7.2: the protocol cannot change mid-conversation. agora-protocol 0.2.0
+    // repeats the original hash on every follow-up, which changes nothing.
     if let Some(hash) = &request.protocol_hash {
         if conversation.protocol_hash.as_ref() != Some(hash) {
             return Err(AgoraError::Malformed(
@@ -409,18 +531,51 @@ async fn handle_follow_up(
             ));
         }
     }
+    let conversation = reserve_round(state, id, conversation)?;
     let registry = state.runtime.registry();
     let plugin = registry
         .by_name(&conversation.plugin)
         .cloned()
         .ok_or(AgoraError::UnsupportedProtocol)?;
     let route = conversation.protocol_hash.clone().unwrap_or_default();
-    let reply = run(state, &plugin, route, Some(id), &request.body).await?;
-    let history_id = history_id(id);
-    append(state, &history_id, "user", &request.body)?;
-    append(state, &history_id, "agent", &reply)?;
+    let body = plugin_body(&request.body, conversation.document.as_deref());
+    let reply = run(state, &plugin, route, Some(id), &body).await?;
+    append(state, id, "user", &request.body)?;
+    append(state, id, "agent", &reply)?;
     state.store.commit().await?;
     Ok(success(reply, Some((id, conversation.expires_at))))
+}
+
+/// Count a round before it runs, so a conversation's history stays within
+/// `max_history_entries` (two entries a round) even under concurrent follow-ups.
+fn reserve_round(
+    state: &NodeState,
+    id: &str,
+    mut current: Conversation,
+) -> Result<Conversation, AgoraError> {
+    let max_rounds = (state.config.agora.max_history_entries / 2) as u64;
+    for _ in 0..16 {
+        if current.rounds >= max_rounds {
+            return Err(AgoraError::Rejected(format!(
+                "This conversation has reached its limit of {max_rounds} rounds"
+            )));
+        }
+        let next = Conversation {
+            rounds: current.rounds + 1,
+            ..current.clone()
+        };
+        if state.store.update(
+            Collection::Conversations,
+            id.as_bytes(),
+            &current,
+            &next,
+            Some(store_expiry_ms(&next)),
+        )? {
+            return Ok(next);
+        }
+        current = load_conversation(state, id)?;
+    }
+    Err(AgoraError::Overloaded)
 }
 
 /// `DELETE {base}/conversations/{id}`: end a conversation.
@@ -431,7 +586,7 @@ async fn end_conversation(State(state): State<NodeState>, Path(id): Path<String>
         state
             .store
             .remove(Collection::Conversations, id.as_bytes())?;
-        state.store.remove_history(&history_id(&id))?;
+        state.store.remove_history(&id)?;
         state.store.commit().await?;
         Ok::<_, AgoraError>(success(Value::String("Conversation ended".into()), None))
     }
@@ -439,23 +594,38 @@ async fn end_conversation(State(state): State<NodeState>, Path(id): Path<String>
     result.unwrap_or_else(|error| error.into_response(dialect))
 }
 
+/// A live conversation, or why there is none (§7.3: an expired id is never usable).
 fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraError> {
-    if id.len() > 128 {
-        return Err(AgoraError::NotFound("Unknown conversation".into()));
+    let unknown = || AgoraError::NotFound("Unknown conversation".into());
+    if id.is_empty() || id.len() > MAX_CONVERSATION_ID_LEN {
+        return Err(unknown());
     }
-    match state
+    let Some(mut conversation) = state
         .store
         .get::<Conversation>(Collection::Conversations, id.as_bytes())?
-    {
-        Some(conversation) => Ok(conversation),
-        None if state
-            .store
-            .expired(Collection::Conversations, id.as_bytes())? =>
-        {
-            Err(AgoraError::ConversationExpired)
+    else {
+        return Err(
+            if state
+                .store
+                .expired(Collection::Conversations, id.as_bytes())?
+            {
+                AgoraError::ConversationExpired
+            } else {
+                unknown()
+            },
+        );
+    };
+    if now_ms() >= conversation.expires_at.saturating_mul(1000) {
+        // Keep only what answering "expired" needs.
+        if conversation.document.is_some() || conversation.rounds > 0 {
+            state.store.remove_history(id)?;
+            conversation.document = None;
+            conversation.rounds = 0;
+            store_conversation(state, id, &conversation)?;
         }
-        None => Err(AgoraError::NotFound("Unknown conversation".into())),
+        return Err(AgoraError::ConversationExpired);
     }
+    Ok(conversation)
 }
 
 /// `GET {base}/wellknown` (§9): every fully supported document by hex hash.
@@ -492,7 +662,9 @@ async fn run(
     };
     let mut exchange = Exchange::new();
     if let Some(id) = conversation {
-        exchange = exchange.with_history(history_id(id));
+        // The history id is the conversation id, so the store's sweeper drops
+        // both together.
+        exchange = exchange.with_history(id);
     }
     match state.runtime.invoke(plugin, call, exchange).await {
         Ok(reply) => Ok(serde_json::from_str(&reply).unwrap_or(Value::String(reply))),
@@ -503,10 +675,6 @@ async fn run(
         }) => Ok(json!({"error": message})),
         Err(error) => Err(error.into()),
     }
-}
-
-fn history_id(conversation: &str) -> String {
-    format!("agora:{conversation}")
 }
 
 fn append(state: &NodeState, history_id: &str, role: &str, body: &Value) -> Result<(), AgoraError> {
