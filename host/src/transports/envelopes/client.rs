@@ -185,3 +185,42 @@ fn expect_request_id(reply: &Value, request_id: &str) -> Result<(), EnvelopeClie
         )))
     }
 }
+
+/// `host.outbound` over signed envelopes, for plugins: `body` is
+/// `{"resource", "params"?, "budget"?, "timeout"?, "payment_proof"?}`; the node signs
+/// as itself and answers `{"result": <RESULT payload>, "peer": <peer did>}`.
+/// The caller has already checked `url` against `outbound.allowed_hosts`.
+pub async fn outbound(
+    config: &crate::config::Config,
+    url: &str,
+    body: &Value,
+) -> Result<Value, EnvelopeClientError> {
+    let invalid =
+        |what: &str| EnvelopeClientError::Unexpected(format!("invalid outbound body: {what}"));
+    let resource = body["resource"]
+        .as_str()
+        .ok_or_else(|| invalid("`resource` must be a string"))?;
+    let params = match &body["params"] {
+        Value::Null => json!({}),
+        params @ Value::Object(_) => params.clone(),
+        _ => return Err(invalid("`params` must be an object")),
+    };
+    let identity = crate::crypto::identity::NodeIdentity::load(&config.identity.key_file)
+        .map_err(|e| EnvelopeClientError::Unexpected(e.to_string()))?;
+    let mut client = EnvelopeClient::new(
+        url,
+        identity.signing_key,
+        Duration::from_millis(config.outbound.timeout_ms),
+        config.outbound.max_response_bytes,
+    );
+    let task = TaskSpec {
+        resource: resource.to_string(),
+        params,
+        budget: body["budget"].as_f64(),
+        timeout_ms: body["timeout"].as_u64(),
+        payment_proof: body["payment_proof"].as_str().map(str::to_string),
+        hello: false,
+    };
+    let outcome = client.run(&task).await?;
+    Ok(json!({"result": outcome.result, "peer": client.peer}))
+}
