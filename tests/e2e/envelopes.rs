@@ -351,7 +351,9 @@ fn expired_offers_and_overload_are_refused() {
     let node = start(
         TestNode::builder()
             .env("AGORA_ENVELOPES__MAX_OFFER_TTL_MS", "300")
-            .env("AGORA_ENVELOPES__MAX_IN_FLIGHT", "1"),
+            .env("AGORA_ENVELOPES__MAX_IN_FLIGHT", "1")
+            // The test polls STATUS while the slow request runs.
+            .env("AGORA_ENVELOPES__RATE_LIMIT_PER_MINUTE", "100000"),
     );
     let alice = Agent::new();
     let (did, _) = hello(&node, &alice);
@@ -405,7 +407,7 @@ fn expired_offers_and_overload_are_refused() {
             !running.is_finished(),
             "the slow request ended before it was seen running"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     }
     let busy = alice.envelope(
         "REQUEST",
