@@ -180,12 +180,24 @@ pub struct AgoraConfig {
 pub struct EnvelopesConfig {
     pub enabled: bool,
     pub listen: String,
+    /// `POST {path}` takes one envelope; `GET {path}/ws` is the WebSocket binding.
     pub path: String,
+    /// Accepted clock difference for envelope timestamps, both directions; also the replay window.
     pub max_skew_secs: u64,
     /// Sender ids allowed to talk to the node; empty allows everyone.
     pub allowed_senders: Vec<String>,
+    /// Envelopes one sender may send per minute before getting 429.
     pub rate_limit_per_minute: u32,
+    /// Cap on a resource's run (and on a REQUEST's own `timeout`); beyond it the node answers 408.
     pub request_timeout_ms: u64,
+    /// Plugin-running envelopes (REQUEST, ACCEPT) in flight at once; beyond it the node answers 503.
+    pub max_in_flight: usize,
+    /// Longest offer lifetime; a plugin's quoted `ttl` is clamped to it.
+    pub max_offer_ttl_ms: u64,
+    /// How long a request's STATUS is kept after its last change.
+    pub status_ttl_secs: u64,
+    /// Envelopes one WebSocket connection may have in progress at once.
+    pub ws_max_pending: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -340,6 +352,28 @@ impl Config {
             self.plugins.max_concurrent_calls as u64,
         )?;
         positive("http.max_body_bytes", self.http.max_body_bytes as u64)?;
+        positive("envelopes.max_skew_secs", self.envelopes.max_skew_secs)?;
+        positive(
+            "envelopes.rate_limit_per_minute",
+            u64::from(self.envelopes.rate_limit_per_minute),
+        )?;
+        positive(
+            "envelopes.request_timeout_ms",
+            self.envelopes.request_timeout_ms,
+        )?;
+        positive(
+            "envelopes.max_in_flight",
+            self.envelopes.max_in_flight as u64,
+        )?;
+        positive(
+            "envelopes.max_offer_ttl_ms",
+            self.envelopes.max_offer_ttl_ms,
+        )?;
+        positive("envelopes.status_ttl_secs", self.envelopes.status_ttl_secs)?;
+        positive(
+            "envelopes.ws_max_pending",
+            self.envelopes.ws_max_pending as u64,
+        )?;
         positive(
             "agora.conversation_ttl_secs",
             self.agora.conversation_ttl_secs,

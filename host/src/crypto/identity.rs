@@ -1,6 +1,10 @@
 //! The node's Ed25519 identity: a key file written by `agora-node keygen`
 //! (PKCS#8 PEM, mode 0600) and its did:key (W3C did:key, Ed25519 multicodec
 //! `0xed 0x01`, base58btc with the multibase `z` prefix).
+//!
+//! Envelope senders (signed envelopes spec §1, `sender.id`) are parsed here
+//! too: a did:key of that exact shape, or a raw Ed25519 public key as
+//! unpadded Base64Url of 32 bytes.
 
 use std::path::Path;
 
@@ -108,9 +112,145 @@ pub fn did_key(key: &VerifyingKey) -> String {
     format!("did:key:z{}", bs58::encode(bytes).into_string())
 }
 
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SenderIdError {
+    #[error("sender id is neither a did:key nor a raw Ed25519 public key")]
+    Unrecognized,
+    #[error("did:key must use multibase base58btc ('z')")]
+    NotBase58btc,
+    #[error("did:key is not valid base58btc")]
+    BadBase58,
+    #[error("did:key is not an Ed25519 key (multicodec 0xed01)")]
+    NotEd25519,
+    #[error("the public key is {0} bytes, not 32")]
+    WrongLength(usize),
+    #[error("the public key is not a valid Ed25519 point")]
+    InvalidPoint,
+}
+
+/// Longest sender id looked at; a did:key of an Ed25519 key is 56 characters.
+const MAX_SENDER_ID: usize = 128;
+
+/// The Ed25519 key named by an envelope's `sender.id`.
+pub fn parse_sender_id(id: &str) -> Result<VerifyingKey, SenderIdError> {
+    if id.len() > MAX_SENDER_ID {
+        return Err(SenderIdError::Unrecognized);
+    }
+    if let Some(multibase) = id.strip_prefix("did:key:") {
+        return parse_did_key_value(multibase);
+    }
+    if id.starts_with("did:") {
+        return Err(SenderIdError::Unrecognized);
+    }
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(id)
+        .map_err(|_| SenderIdError::Unrecognized)?;
+    key_from_bytes(&bytes)
+}
+
+fn parse_did_key_value(multibase: &str) -> Result<VerifyingKey, SenderIdError> {
+    let encoded = multibase
+        .strip_prefix('z')
+        .ok_or(SenderIdError::NotBase58btc)?;
+    let decoded = bs58::decode(encoded)
+        .into_vec()
+        .map_err(|_| SenderIdError::BadBase58)?;
+    // The multicodec is an unsigned varint: ed25519-pub (0xed) is the two bytes 0xed 0x01.
+    let key = decoded
+        .strip_prefix(&[0xed, 0x01][..])
+        .ok_or(SenderIdError::NotEd25519)?;
+    key_from_bytes(key)
+}
+
+fn key_from_bytes(bytes: &[u8]) -> Result<VerifyingKey, SenderIdError> {
+    let array: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| SenderIdError::WrongLength(bytes.len()))?;
+    VerifyingKey::from_bytes(&array).map_err(|_| SenderIdError::InvalidPoint)
+}
+
+/// A raw sender id: the public key as unpadded Base64Url.
+pub fn raw_sender_id(key: &VerifyingKey) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vectors() -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/vectors/did_key/ed25519_did_key_vectors.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn did_key_vectors_derive_and_parse() {
+        let vectors = vectors();
+        let valid = vectors["valid"].as_array().unwrap();
+        assert_eq!(valid.len(), 8);
+        for case in valid {
+            let seed: [u8; 32] = hex::decode(case["seed_hex"].as_str().unwrap())
+                .unwrap()
+                .try_into()
+                .unwrap();
+            let key = SigningKey::from_bytes(&seed).verifying_key();
+            assert_eq!(
+                hex::encode(key.as_bytes()),
+                case["public_key_hex"].as_str().unwrap()
+            );
+            let did = case["did_key"].as_str().unwrap();
+            assert_eq!(did_key(&key), did);
+            assert_eq!(parse_sender_id(did).unwrap(), key);
+            assert_eq!(parse_sender_id(&raw_sender_id(&key)).unwrap(), key);
+        }
+        for case in vectors["decode_only"].as_array().unwrap() {
+            let key = parse_sender_id(case["did_key"].as_str().unwrap()).unwrap();
+            assert_eq!(
+                hex::encode(key.as_bytes()),
+                case["public_key_hex"].as_str().unwrap()
+            );
+        }
+        let invalid = vectors["invalid"].as_array().unwrap();
+        assert_eq!(invalid.len(), 7);
+        for case in invalid {
+            let did = case["did"].as_str().unwrap();
+            assert!(parse_sender_id(did).is_err(), "{did}: {}", case["reason"]);
+        }
+    }
+
+    #[test]
+    fn w3c_ccg_seeds_give_their_did_keys() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/vectors/did_key/w3c-ccg-ed25519-x25519.json");
+        let entries: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let entries = entries.as_object().unwrap();
+        assert_eq!(entries.len(), 5);
+        for (did, entry) in entries {
+            let seed: [u8; 32] = hex::decode(entry["seed"].as_str().unwrap())
+                .unwrap()
+                .try_into()
+                .unwrap();
+            let key = SigningKey::from_bytes(&seed).verifying_key();
+            assert_eq!(&did_key(&key), did);
+            assert_eq!(parse_sender_id(did).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn raw_ids_must_be_32_unpadded_base64url_bytes() {
+        use base64::Engine as _;
+        let key = NodeIdentity::generate().verifying_key();
+        let padded = base64::engine::general_purpose::URL_SAFE.encode(key.as_bytes());
+        assert!(parse_sender_id(&padded).is_err());
+        let short = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([1u8; 31]);
+        assert_eq!(parse_sender_id(&short), Err(SenderIdError::WrongLength(31)));
+        assert!(parse_sender_id("").is_err());
+        assert!(parse_sender_id(&"A".repeat(500)).is_err());
+    }
 
     #[test]
     fn rfc8032_test1_key_has_the_known_did() {

@@ -2,7 +2,9 @@
 //! protocol-document hashes (Agora two-party §8.2) here, and the uAgents
 //! digests and signatures in [`uagents`].
 
+pub mod envelope;
 pub mod identity;
+pub mod jcs;
 pub mod pyjson;
 pub mod uagents;
 

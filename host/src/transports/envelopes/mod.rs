@@ -1,0 +1,421 @@
+//! Signed Agora envelopes (`specs/agora-signed-envelopes.md`) over HTTP and WebSocket.
+//!
+//! Our binding of the transport-agnostic spec:
+//! - `POST {path}`: one envelope per request; the response body is the node's
+//!   signed reply envelope, with HTTP status 200 or, for an ERROR, the error's code.
+//! - `GET {path}/ws`: one envelope per text frame, replies as frames. Envelopes
+//!   on one socket run concurrently; after an ACCEPT the node answers STATUS
+//!   PROCESSING at once and pushes the RESULT when it is ready.
+//!
+//! Every inbound envelope goes through the same checks, in this order (§2, §5):
+//! strict parse and signature (before anything else is read), envelope fields,
+//! sender allow-list, timestamp freshness, per-sender rate limit, replay window
+//! (in sled, so restarts do not reopen it); then the message flow of §3 in
+//! [`flow`]. [`EnvelopesError`] is mapped to the signed ERROR envelope and its
+//! HTTP status in exactly one place, [`Service::refuse`].
+
+pub mod client;
+mod flow;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use ed25519_dalek::SigningKey;
+use futures::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::NodeState;
+use crate::crypto::envelope::{self as signed, EnvelopeError};
+use crate::crypto::identity::NodeIdentity;
+use crate::runtime::{FailureKind, InvokeError};
+use crate::store::{Collection, StoreError, now_ms};
+
+pub fn router(state: NodeState) -> Router {
+    let identity = match NodeIdentity::load_or_create(&state.config.identity.key_file) {
+        Ok(identity) => identity,
+        Err(error) => {
+            tracing::error!(%error, "signed envelopes are disabled: the node has no usable key");
+            return Router::new();
+        }
+    };
+    let base = state
+        .config
+        .envelopes
+        .path
+        .trim_end_matches('/')
+        .to_string();
+    let post_path = if base.is_empty() {
+        "/".to_string()
+    } else {
+        base.clone()
+    };
+    let service = Arc::new(Service::new(state, identity.signing_key));
+    Router::new()
+        .route(&post_path, post(http_envelope))
+        .route(&format!("{base}/ws"), get(ws_upgrade))
+        .with_state(service)
+}
+
+/// Everything that can refuse an envelope, by its spec §5 code.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopesError {
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    PaymentRequired(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Timeout(String),
+    #[error("rate limit exceeded: at most {0} envelopes per minute")]
+    RateLimited(u32),
+    #[error("{0}")]
+    Internal(String),
+    #[error("the node is busy; try again shortly")]
+    Overloaded,
+}
+
+impl EnvelopesError {
+    fn code(&self) -> u16 {
+        match self {
+            EnvelopesError::Envelope(error) => error.code(),
+            EnvelopesError::BadRequest(_) => 400,
+            EnvelopesError::Unauthorized(_) => 401,
+            EnvelopesError::PaymentRequired(_) => 402,
+            EnvelopesError::NotFound(_) => 404,
+            EnvelopesError::Timeout(_) => 408,
+            EnvelopesError::RateLimited(_) => 429,
+            EnvelopesError::Internal(_) => 500,
+            EnvelopesError::Overloaded => 503,
+        }
+    }
+}
+
+impl From<StoreError> for EnvelopesError {
+    fn from(error: StoreError) -> Self {
+        EnvelopesError::Internal(format!("storage failed: {error}"))
+    }
+}
+
+impl From<InvokeError> for EnvelopesError {
+    fn from(error: InvokeError) -> Self {
+        match error {
+            InvokeError::Failure { kind, message } => match kind {
+                FailureKind::BadRequest => EnvelopesError::BadRequest(message),
+                FailureKind::Unsupported | FailureKind::NotFound => {
+                    EnvelopesError::NotFound(message)
+                }
+                FailureKind::PaymentRequired => EnvelopesError::PaymentRequired(message),
+                FailureKind::Internal => EnvelopesError::Internal(message),
+            },
+            InvokeError::Timeout => EnvelopesError::Timeout(error.to_string()),
+            InvokeError::Overloaded => EnvelopesError::Overloaded,
+            other => EnvelopesError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// An error together with the request it answers, when there is one.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    error: EnvelopesError,
+    request_id: Option<String>,
+}
+
+impl<E: Into<EnvelopesError>> From<E> for Refusal {
+    fn from(error: E) -> Self {
+        Refusal {
+            error: error.into(),
+            request_id: None,
+        }
+    }
+}
+
+pub(crate) trait AnswersRequest<T> {
+    /// Tie an error to the REQUEST it answers (ERROR's `request_id`).
+    fn answering(self, request_id: Option<&str>) -> Result<T, Refusal>;
+}
+
+impl<T, E: Into<EnvelopesError>> AnswersRequest<T> for Result<T, E> {
+    fn answering(self, request_id: Option<&str>) -> Result<T, Refusal> {
+        self.map_err(|error| Refusal {
+            error: error.into(),
+            request_id: request_id.map(str::to_string),
+        })
+    }
+}
+
+/// A signed reply and the HTTP status it travels with.
+pub(crate) struct Reply {
+    status: u16,
+    envelope: Value,
+}
+
+/// Pushes on a WebSocket before the final reply (STATUS PROCESSING after ACCEPT).
+pub(crate) type Early = mpsc::Sender<Value>;
+
+struct RateWindow {
+    minute: u64,
+    count: u32,
+}
+
+/// Senders tracked by the rate limiter at once; beyond it new senders get 503.
+const MAX_TRACKED_SENDERS: usize = 100_000;
+
+pub(crate) struct Service {
+    node: NodeState,
+    signing_key: SigningKey,
+    did: String,
+    rate: Mutex<HashMap<String, RateWindow>>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Service {
+    fn new(node: NodeState, signing_key: SigningKey) -> Service {
+        let did = crate::crypto::identity::did_key(&signing_key.verifying_key());
+        let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
+        Service {
+            node,
+            signing_key,
+            did,
+            rate: Mutex::new(HashMap::new()),
+            in_flight,
+        }
+    }
+
+    /// A signed envelope from this node.
+    fn envelope(&self, kind: &str, payload: Value) -> Result<Value, EnvelopesError> {
+        signed::build(kind, &self.signing_key, &self.did, payload, now_ms())
+            .map_err(|e| EnvelopesError::Internal(format!("cannot sign the reply: {e}")))
+    }
+
+    /// Answer one inbound envelope (raw bytes as received). Never fails: errors become ERROR envelopes.
+    async fn handle(&self, raw: &[u8], early: Option<&Early>) -> Reply {
+        let outcome = self.process(raw, early).await;
+        // Replay entries, offers and states must survive a crash once a reply says they exist.
+        let committed = self.node.store.commit().await;
+        match (outcome, committed) {
+            (Ok(envelope), Ok(())) => Reply {
+                status: 200,
+                envelope,
+            },
+            (Err(refusal), _) => self.refuse(refusal),
+            (Ok(_), Err(error)) => self.refuse(error.into()),
+        }
+    }
+
+    /// The one place node errors become the wire's signed ERROR envelope and HTTP status.
+    fn refuse(&self, refusal: Refusal) -> Reply {
+        let code = refusal.error.code();
+        let message = refusal.error.to_string();
+        if code >= 500 {
+            tracing::warn!(transport = "envelopes", code, %message, "envelope failed");
+        } else {
+            tracing::debug!(transport = "envelopes", code, %message, "envelope refused");
+        }
+        let mut payload = json!({"code": code, "message": message});
+        if let Some(request_id) = refusal.request_id {
+            payload["request_id"] = Value::String(request_id);
+        }
+        match self.envelope("ERROR", payload.clone()) {
+            Ok(envelope) => Reply {
+                status: code,
+                envelope,
+            },
+            // Signing a fixed-shape JSON value cannot fail short of a bug; say so unsigned.
+            Err(error) => Reply {
+                status: 500,
+                envelope: json!({"error": error.to_string(), "payload": payload}),
+            },
+        }
+    }
+
+    /// The checks every envelope passes before its type is looked at.
+    async fn process(&self, raw: &[u8], early: Option<&Early>) -> Result<Value, Refusal> {
+        let verified = signed::verify_bytes(raw)?;
+        let header = signed::header(&verified.value)?;
+        let answers = flow::answers_request(&header);
+        let answers = answers.as_deref();
+        let sender = verified.sender_id.as_str();
+        self.check_allowed(sender).answering(answers)?;
+        self.check_fresh(header.timestamp_ms).answering(answers)?;
+        self.check_rate(sender).answering(answers)?;
+        self.remember(sender, &header).answering(answers)?;
+        flow::dispatch(self, sender, header, early).await
+    }
+
+    fn check_allowed(&self, sender: &str) -> Result<(), EnvelopesError> {
+        let allowed = &self.node.config.envelopes.allowed_senders;
+        if allowed.is_empty() || allowed.iter().any(|id| id == sender) {
+            Ok(())
+        } else {
+            Err(EnvelopesError::Unauthorized(
+                "untrusted sender: not in envelopes.allowed_senders".into(),
+            ))
+        }
+    }
+
+    fn skew_ms(&self) -> i64 {
+        i64::try_from(
+            self.node
+                .config
+                .envelopes
+                .max_skew_secs
+                .saturating_mul(1000),
+        )
+        .unwrap_or(i64::MAX)
+    }
+
+    fn check_fresh(&self, timestamp_ms: i64) -> Result<(), EnvelopesError> {
+        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        let skew = self.skew_ms();
+        if timestamp_ms < now.saturating_sub(skew) {
+            Err(EnvelopesError::Unauthorized(format!(
+                "stale envelope: its timestamp is more than {} s old",
+                skew / 1000
+            )))
+        } else if timestamp_ms > now.saturating_add(skew) {
+            Err(EnvelopesError::Unauthorized(format!(
+                "envelope from the future: its timestamp is more than {} s ahead",
+                skew / 1000
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_rate(&self, sender: &str) -> Result<(), EnvelopesError> {
+        let limit = self.node.config.envelopes.rate_limit_per_minute;
+        let minute = now_ms() / 60_000;
+        let mut windows = self.rate.lock();
+        if windows.len() >= MAX_TRACKED_SENDERS {
+            windows.retain(|_, window| window.minute == minute);
+        }
+        if windows.len() >= MAX_TRACKED_SENDERS && !windows.contains_key(sender) {
+            return Err(EnvelopesError::Overloaded);
+        }
+        let window = windows
+            .entry(sender.to_string())
+            .or_insert(RateWindow { minute, count: 0 });
+        if window.minute != minute {
+            *window = RateWindow { minute, count: 0 };
+        }
+        if window.count >= limit {
+            return Err(EnvelopesError::RateLimited(limit));
+        }
+        window.count += 1;
+        Ok(())
+    }
+
+    /// Record `(sender, id)` for as long as the envelope could pass the freshness check.
+    fn remember(&self, sender: &str, header: &signed::Header) -> Result<(), EnvelopesError> {
+        let fresh_until = header.timestamp_ms.saturating_add(self.skew_ms()) + 1000;
+        let expires = u64::try_from(fresh_until).unwrap_or(0).max(now_ms() + 1000);
+        let mut key = sender.as_bytes().to_vec();
+        key.push(0);
+        key.extend_from_slice(header.id.as_bytes());
+        let first = self.node.store.insert_new(
+            Collection::Replay,
+            &key,
+            &header.timestamp_ms,
+            Some(expires),
+        )?;
+        if first {
+            Ok(())
+        } else {
+            Err(EnvelopesError::Unauthorized(format!(
+                "replayed envelope: id {:?} was already received from this sender",
+                header.id
+            )))
+        }
+    }
+}
+
+async fn http_envelope(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let reply = match body {
+        Err(rejection) => service.refuse(
+            EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into(),
+        ),
+        Ok(_) if !super::is_json_content_type(&headers) => service.refuse(
+            EnvelopesError::BadRequest("Content-Type must be application/json".into()).into(),
+        ),
+        Ok(raw) => service.handle(&raw, None).await,
+    };
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(reply.envelope)).into_response()
+}
+
+async fn ws_upgrade(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> Response {
+    let limit = service.node.config.http.max_body_bytes;
+    upgrade
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| ws_session(service, socket))
+}
+
+async fn ws_session(service: Arc<Service>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (outgoing, mut queue) = mpsc::channel::<Value>(64);
+    let writer = tokio::spawn(async move {
+        while let Some(envelope) = queue.recv().await {
+            if sink
+                .send(Message::Text(envelope.to_string().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let pending = Arc::new(Semaphore::new(service.node.config.envelopes.ws_max_pending));
+    while let Some(Ok(frame)) = stream.next().await {
+        let text = match frame {
+            Message::Text(text) => text,
+            Message::Binary(_) => {
+                let reply = service.refuse(
+                    EnvelopesError::BadRequest("envelopes travel as text frames".into()).into(),
+                );
+                if outgoing.send(reply.envelope).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Message::Close(_) => break,
+            Message::Ping(_) | Message::Pong(_) => continue,
+        };
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            let reply = service.refuse(EnvelopesError::Overloaded.into());
+            if outgoing.send(reply.envelope).await.is_err() {
+                break;
+            }
+            continue;
+        };
+        let service = service.clone();
+        let outgoing = outgoing.clone();
+        tokio::spawn(async move {
+            let reply = service.handle(text.as_bytes(), Some(&outgoing)).await;
+            let _ = outgoing.send(reply.envelope).await;
+            drop(permit);
+        });
+    }
+    drop(outgoing);
+    let _ = writer.await;
+}
