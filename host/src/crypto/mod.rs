@@ -3,6 +3,7 @@
 //! digests and signatures in [`uagents`].
 
 pub mod identity;
+pub mod jwt;
 pub mod pyjson;
 pub mod uagents;
 
