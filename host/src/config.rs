@@ -218,10 +218,15 @@ impl ArenaConfig {
         {
             return Err(invalid("arena.jwks_url", "must be an http(s) URL"));
         }
-        if !self.stream_url.is_empty()
-            && !(self.stream_url.starts_with("ws://") || self.stream_url.starts_with("wss://"))
-        {
-            return Err(invalid("arena.stream_url", "must be a ws:// or wss:// URL"));
+        if self.stream_url.starts_with("wss://") {
+            return Err(invalid(
+                "arena.stream_url",
+                "wss:// is not supported by this build (no TLS in the stream client); \
+                 point it at a local TLS-terminating proxy with ws://",
+            ));
+        }
+        if !self.stream_url.is_empty() && !self.stream_url.starts_with("ws://") {
+            return Err(invalid("arena.stream_url", "must be a ws:// URL"));
         }
         Ok(())
     }
