@@ -227,6 +227,42 @@ pub struct ArenaConfig {
     pub stream_url: String,
     pub max_concurrent: usize,
     pub audience: String,
+    /// Sent as `Authorization: Bearer …` when the event stream connects; empty: none.
+    pub stream_token: String,
+    /// Live events buffered for the stream; beyond it the oldest are dropped.
+    pub stream_buffer: usize,
+    /// Shortest interval between two JWKS fetches caused by unknown `kid`s.
+    pub jwks_min_refetch_ms: u64,
+}
+
+impl ArenaConfig {
+    /// The arena keys that cannot work as given.
+    fn validate(&self) -> Result<(), ConfigError> {
+        positive("arena.max_concurrent", self.max_concurrent as u64)?;
+        positive("arena.stream_buffer", self.stream_buffer as u64)?;
+        if !self.jwks_url.is_empty() && !self.jwks_file.as_os_str().is_empty() {
+            return Err(invalid(
+                "arena.jwks_url",
+                "set either arena.jwks_url or arena.jwks_file, not both",
+            ));
+        }
+        if !self.jwks_url.is_empty()
+            && !(self.jwks_url.starts_with("http://") || self.jwks_url.starts_with("https://"))
+        {
+            return Err(invalid("arena.jwks_url", "must be an http(s) URL"));
+        }
+        if self.stream_url.starts_with("wss://") {
+            return Err(invalid(
+                "arena.stream_url",
+                "wss:// is not supported by this build (no TLS in the stream client); \
+                 point it at a local TLS-terminating proxy with ws://",
+            ));
+        }
+        if !self.stream_url.is_empty() && !self.stream_url.starts_with("ws://") {
+            return Err(invalid("arena.stream_url", "must be a ws:// URL"));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -335,6 +371,7 @@ impl Config {
                 "clashes with agora.path on the same listener",
             ));
         }
+        self.arena.validate()?;
         if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
                 "tools.approval_threshold",

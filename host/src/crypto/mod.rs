@@ -5,6 +5,7 @@
 pub mod envelope;
 pub mod identity;
 pub mod jcs;
+pub mod jwt;
 pub mod pyjson;
 pub mod uagents;
 
