@@ -316,7 +316,10 @@ impl Config {
                 ));
             }
         }
-        positive("uagents.replay_window_secs", self.uagents.replay_window_secs)?;
+        positive(
+            "uagents.replay_window_secs",
+            self.uagents.replay_window_secs,
+        )?;
         if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
                 "tools.approval_threshold",

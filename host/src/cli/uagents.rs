@@ -103,7 +103,7 @@ pub async fn run(command: Command) -> Result<(), String> {
                     .await
                     .map_err(|e| e.to_string())?
                 {
-                    Delivered::Reply(reply) => reply,
+                    Delivered::Reply(reply) => *reply,
                     Delivered::Accepted => return Err("the agent sent no reply".into()),
                 }
             } else if let Some(listen) = listen {
@@ -140,7 +140,10 @@ fn identity(seed: Option<&str>) -> Result<AgentIdentity, String> {
 /// own sync replies are unsigned; a signed one must verify), then summarise it.
 fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String> {
     if reply.sender != request.target {
-        return Err(format!("the reply comes from {}, not {}", reply.sender, request.target));
+        return Err(format!(
+            "the reply comes from {}, not {}",
+            reply.sender, request.target
+        ));
     }
     if reply.target != request.sender {
         return Err(format!("the reply is for {}, not for us", reply.target));
@@ -154,7 +157,9 @@ fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String> {
             .verify()
             .map_err(|e| format!("the reply's signature does not verify: {e}"))?;
     } else {
-        eprintln!("agora-node: warning: the reply is unsigned (uagents does not sign sync replies)");
+        eprintln!(
+            "agora-node: warning: the reply is unsigned (uagents does not sign sync replies)"
+        );
     }
     let text = reply.decode_payload()?;
     let message: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));

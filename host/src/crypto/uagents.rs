@@ -287,7 +287,10 @@ pub struct ProtocolModel<'a> {
 /// The manifest a protocol digest is computed over (`Protocol.compute_digest`):
 /// metadata emptied, models sorted by digest, interactions by request digest,
 /// each interaction's responses sorted.
-pub fn protocol_manifest(models: &[ProtocolModel<'_>], interactions: &[(&str, Vec<&str>)]) -> Value {
+pub fn protocol_manifest(
+    models: &[ProtocolModel<'_>],
+    interactions: &[(&str, Vec<&str>)],
+) -> Value {
     let mut models: Vec<&ProtocolModel<'_>> = models.iter().collect();
     models.sort_by(|a, b| a.digest.cmp(b.digest));
     models.dedup_by(|a, b| a.digest == b.digest);
@@ -371,7 +374,11 @@ mod tests {
                 text(case, "seed_hash_hex")
             );
             let private = derive_private_key(seed, index);
-            assert_eq!(hex::encode(private), text(case, "private_key_hex"), "{seed}");
+            assert_eq!(
+                hex::encode(private),
+                text(case, "private_key_hex"),
+                "{seed}"
+            );
             let identity = AgentIdentity::from_seed_index(seed, index).unwrap();
             let public = identity.verifying_key().to_encoded_point(true);
             assert_eq!(
@@ -449,14 +456,26 @@ mod tests {
             let high = &case["signature_high_s_variant"];
             let decoded_high = decode_signature(text(high, "bech32")).unwrap();
             assert!(bool::from(decoded_high.s().is_high()), "{name}");
-            assert_eq!(hex::encode(decoded_high.split_bytes().1), text(high, "s_hex"));
+            assert_eq!(
+                hex::encode(decoded_high.split_bytes().1),
+                text(high, "s_hex")
+            );
             envelope.signature = Some(text(high, "bech32").to_string());
-            envelope.verify().unwrap_or_else(|e| panic!("{name} high-S: {e}"));
+            envelope
+                .verify()
+                .unwrap_or_else(|e| panic!("{name} high-S: {e}"));
 
             let library = &case["signature_library_random"];
             envelope.signature = Some(text(library, "bech32").to_string());
-            envelope.verify().unwrap_or_else(|e| panic!("{name} library: {e}"));
-            let is_high = bool::from(decode_signature(text(library, "bech32")).unwrap().s().is_high());
+            envelope
+                .verify()
+                .unwrap_or_else(|e| panic!("{name} library: {e}"));
+            let is_high = bool::from(
+                decode_signature(text(library, "bech32"))
+                    .unwrap()
+                    .s()
+                    .is_high(),
+            );
             assert_eq!(is_high, library["s_is_high"].as_bool().unwrap());
 
             // What the library sends parses to the same envelope and verifies.
@@ -486,10 +505,22 @@ mod tests {
                 .verify()
                 .unwrap_err()
         };
-        assert_eq!(by_name("signature_missing"), UagentsCryptoError::MissingSignature);
-        assert_eq!(by_name("signature_wrong_hrp"), UagentsCryptoError::NotASignature);
-        assert_eq!(by_name("signature_bad_checksum"), UagentsCryptoError::Undecodable);
-        assert_eq!(by_name("signed_by_other_key"), UagentsCryptoError::BadSignature);
+        assert_eq!(
+            by_name("signature_missing"),
+            UagentsCryptoError::MissingSignature
+        );
+        assert_eq!(
+            by_name("signature_wrong_hrp"),
+            UagentsCryptoError::NotASignature
+        );
+        assert_eq!(
+            by_name("signature_bad_checksum"),
+            UagentsCryptoError::Undecodable
+        );
+        assert_eq!(
+            by_name("signed_by_other_key"),
+            UagentsCryptoError::BadSignature
+        );
     }
 
     #[test]
@@ -518,8 +549,14 @@ mod tests {
             serde_json::from_str(text(&vectors["sync_reply_example"], "body")).unwrap();
         let mut reply = Envelope::from_value(body.clone()).unwrap();
         assert_eq!(reply.signature, None);
-        assert_eq!(reply.decode_payload().unwrap(), r#"{"text": "echo: hello"}"#);
-        assert_eq!(serde_json::from_str::<Value>(&reply.to_json()).unwrap(), body);
+        assert_eq!(
+            reply.decode_payload().unwrap(),
+            r#"{"text": "echo: hello"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&reply.to_json()).unwrap(),
+            body
+        );
         let listener = AgentIdentity::from_seed(text(&vectors["identities"][1], "seed")).unwrap();
         assert_eq!(reply.sender, listener.address());
         reply.sign(&listener);
@@ -559,9 +596,15 @@ mod tests {
         let m = bech32::encode::<bech32::Bech32m>(Hrp::parse_unchecked("agent"), key.as_bytes())
             .unwrap();
         assert_eq!(decode_address(&m), Err(UagentsCryptoError::Undecodable));
-        assert_eq!(decode_address("agent1"), Err(UagentsCryptoError::Undecodable));
+        assert_eq!(
+            decode_address("agent1"),
+            Err(UagentsCryptoError::Undecodable)
+        );
         assert_eq!(decode_address(""), Err(UagentsCryptoError::Undecodable));
         let sig = encode_signature(&Signature::from_slice(&[1u8; 64]).unwrap());
-        assert_eq!(decode_address(&sig), Err(UagentsCryptoError::NotAnAgentAddress));
+        assert_eq!(
+            decode_address(&sig),
+            Err(UagentsCryptoError::NotAnAgentAddress)
+        );
     }
 }

@@ -44,7 +44,7 @@ pub enum Delivered {
     /// Asynchronous delivery: the peer accepted it (`200 {}`).
     Accepted,
     /// Synchronous delivery: the peer's reply envelope (not yet verified).
-    Reply(Envelope),
+    Reply(Box<Envelope>),
 }
 
 /// POST one envelope once.
@@ -71,7 +71,10 @@ pub async fn submit(
         return Err(DeliveryError::Refused {
             url: url.to_string(),
             status: response.status,
-            body: String::from_utf8_lossy(&response.body).chars().take(512).collect(),
+            body: String::from_utf8_lossy(&response.body)
+                .chars()
+                .take(512)
+                .collect(),
         });
     }
     if !sync {
@@ -84,7 +87,7 @@ pub async fn submit(
     let value: Value =
         serde_json::from_slice(&response.body).map_err(|e| bad_reply(e.to_string()))?;
     Envelope::from_value(value)
-        .map(Delivered::Reply)
+        .map(|reply| Delivered::Reply(Box::new(reply)))
         .map_err(bad_reply)
 }
 

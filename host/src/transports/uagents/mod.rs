@@ -298,7 +298,11 @@ fn claim_once(state: &UagentsState, envelope: &Envelope, now: u64) -> Result<Vec
         &now,
         Some(now_ms().saturating_add(hold_ms)),
     )?;
-    if first { Ok(key) } else { Err(SubmitError::Replayed) }
+    if first {
+        Ok(key)
+    } else {
+        Err(SubmitError::Replayed)
+    }
 }
 
 /// What a plugin failure tells the sender (internal details stay in the log).
@@ -333,12 +337,10 @@ fn plugin_reply(plugin: &LoadedPlugin, request_digest: &str, text: &str) -> Opti
     };
     let schema_digest = match fields.remove("@model") {
         None => request_digest.to_string(),
-        Some(Value::String(name)) => {
-            match plugin.manifest.models.iter().find(|m| m.name == name) {
-                Some(model) => model.digest.clone(),
-                None => return fail("the reply names a model the plugin did not declare"),
-            }
-        }
+        Some(Value::String(name)) => match plugin.manifest.models.iter().find(|m| m.name == name) {
+            Some(model) => model.digest.clone(),
+            None => return fail("the reply names a model the plugin did not declare"),
+        },
         Some(_) => return fail("\"@model\" must be a model name"),
     };
     Some(ReplyMessage {
