@@ -336,6 +336,67 @@ fn a_malformed_peer_table_stops_start_up_with_the_key_named() {
     assert!(stderr.contains("uagents.peers"), "{stderr}");
 }
 
+/// Read one HTTP/1.1 request from `stream`, answer it with `status`, return its body.
+fn serve_one(listener: &std::net::TcpListener, status: &str) -> String {
+    use std::io::{Read, Write};
+    let (mut stream, _) = listener.accept().unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let body_start = loop {
+        let read = stream.read(&mut chunk).unwrap();
+        assert!(read > 0, "connection closed before the headers ended");
+        buffer.extend_from_slice(&chunk[..read]);
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..body_start]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0);
+    while buffer.len() < body_start + length {
+        let read = stream.read(&mut chunk).unwrap();
+        assert!(read > 0, "connection closed before the body ended");
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+    let reply = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+    );
+    stream.write_all(reply.as_bytes()).unwrap();
+    String::from_utf8_lossy(&buffer[body_start..body_start + length]).to_string()
+}
+
+#[test]
+fn async_replies_go_to_the_peer_from_the_environment_and_are_retried() {
+    let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer_url = format!("http://{}/submit", peer.local_addr().unwrap());
+    let sender = identity(SENDER_SEED);
+    let node = echo_node(NODE_SEED, &[peer_env(sender.address(), &peer_url)]);
+    let peer_thread = std::thread::spawn(move || {
+        let first = serve_one(&peer, "503 Service Unavailable");
+        let second = serve_one(&peer, "200 OK");
+        (first, second)
+    });
+    let node_address = identity(NODE_SEED).address().to_string();
+    let request = message_envelope(&sender, &node_address, "later");
+    let accepted = submit(&node, &request, false);
+    assert_eq!((accepted.status, accepted.json()), (200, json!({})));
+    let (first, second) = peer_thread.join().unwrap();
+    // The refused delivery was retried with the very same signed envelope.
+    assert_eq!(first, second);
+    let reply = Envelope::from_value(serde_json::from_str(&second).unwrap()).unwrap();
+    reply.verify().unwrap();
+    assert_eq!(reply.sender, node_address);
+    assert_eq!(reply.target, sender.address());
+    assert_eq!(reply.session, request.session);
+    assert_eq!(reply.decode_payload().unwrap(), r#"{"text":"echo: later"}"#);
+}
+
 // --- Interop with the real uagents library ---
 
 fn python() -> PathBuf {

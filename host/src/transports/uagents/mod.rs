@@ -45,7 +45,7 @@ use crate::crypto::uagents::{
     self as ucrypto, AgentIdentity, Envelope, ProtocolModel, UagentsCryptoError,
 };
 use crate::runtime::manifest::PluginManifest;
-use crate::runtime::{Call, Exchange, InvokeError, LoadedPlugin, Phase, TransportKind};
+use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
 use crate::store::{Collection, Store, StoreError, now_ms};
 
 /// pydantic's schema of uagents-core's `ErrorMessage`, and its digest.
@@ -233,7 +233,7 @@ async fn submit(
                 .invoke(&plugin, call, Exchange::new())
                 .await
             {
-                Ok(text) => plugin_reply(&plugin, &envelope.schema_digest, &text),
+                Ok(text) => plugin_reply(&plugin.manifest, &envelope.schema_digest, &text),
                 Err(InvokeError::Overloaded) => {
                     // Nothing happened: let the sender try the same envelope again.
                     let _ = state.node.store.remove(Collection::Replay, &replay_key);
@@ -323,13 +323,17 @@ fn error_message(text: &str) -> ReplyMessage {
 }
 
 /// Turn a plugin's JSON text into the reply message (see the module doc).
-fn plugin_reply(plugin: &LoadedPlugin, request_digest: &str, text: &str) -> Option<ReplyMessage> {
+fn plugin_reply(
+    manifest: &PluginManifest,
+    request_digest: &str,
+    text: &str,
+) -> Option<ReplyMessage> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed == "null" {
         return None;
     }
     let fail = |why: &str| {
-        tracing::warn!(transport = "uagents", plugin = %plugin.manifest.name, why, "unusable plugin reply");
+        tracing::warn!(transport = "uagents", plugin = %manifest.name, why, "unusable plugin reply");
         Some(error_message("the handler failed"))
     };
     let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(trimmed) else {
@@ -337,7 +341,7 @@ fn plugin_reply(plugin: &LoadedPlugin, request_digest: &str, text: &str) -> Opti
     };
     let schema_digest = match fields.remove("@model") {
         None => request_digest.to_string(),
-        Some(Value::String(name)) => match plugin.manifest.models.iter().find(|m| m.name == name) {
+        Some(Value::String(name)) => match manifest.models.iter().find(|m| m.name == name) {
             Some(model) => model.digest.clone(),
             None => return fail("the reply names a model the plugin did not declare"),
         },
@@ -346,7 +350,7 @@ fn plugin_reply(plugin: &LoadedPlugin, request_digest: &str, text: &str) -> Opti
     Some(ReplyMessage {
         schema_digest,
         json: Value::Object(fields).to_string(),
-        protocol_digest: Some(plugin_protocol_digest(&plugin.manifest)),
+        protocol_digest: Some(plugin_protocol_digest(manifest)),
     })
 }
 
@@ -487,6 +491,84 @@ async fn agent_info(State(state): State<UagentsState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn manifest_with(models: &[(&str, &str)]) -> PluginManifest {
+        PluginManifest {
+            name: "test".into(),
+            version: "1".into(),
+            description: String::new(),
+            protocols: Vec::new(),
+            default_agora: false,
+            accepts_any_document: false,
+            resources: Vec::new(),
+            models: models
+                .iter()
+                .map(|(name, schema)| {
+                    let schema: Value = serde_json::from_str(schema).unwrap();
+                    crate::runtime::manifest::Model {
+                        name: name.to_string(),
+                        digest: ucrypto::schema_digest(&schema),
+                        schema,
+                    }
+                })
+                .collect(),
+            leagues: Vec::new(),
+            assistant: false,
+            tools: Vec::new(),
+            instance: crate::runtime::manifest::InstancePolicy::Fresh,
+        }
+    }
+
+    const MESSAGE_SCHEMA: &str = r#"{"properties": {"text": {"title": "Text", "type": "string"}}, "required": ["text"], "title": "Message", "type": "object"}"#;
+
+    #[test]
+    fn plugin_replies_use_the_request_model_or_the_named_one() {
+        let manifest = manifest_with(&[
+            ("Message", MESSAGE_SCHEMA),
+            ("ErrorMessage", ERROR_MESSAGE_SCHEMA),
+        ]);
+        let request = manifest.models[0].digest.clone();
+        assert!(plugin_reply(&manifest, &request, "").is_none());
+        assert!(plugin_reply(&manifest, &request, " null ").is_none());
+
+        let same = plugin_reply(&manifest, &request, r#"{"text": "a"}"#).unwrap();
+        assert_eq!(same.schema_digest, request);
+        assert_eq!(same.json, r#"{"text":"a"}"#);
+        assert_eq!(
+            same.protocol_digest,
+            Some(plugin_protocol_digest(&manifest))
+        );
+
+        let named = plugin_reply(
+            &manifest,
+            &request,
+            r#"{"@model": "ErrorMessage", "error": "no"}"#,
+        )
+        .unwrap();
+        assert_eq!(named.schema_digest, ERROR_MESSAGE_DIGEST);
+        assert_eq!(named.json, r#"{"error":"no"}"#);
+
+        for bad in [
+            r#"{"@model": "Nope", "x": 1}"#,
+            r#"{"@model": 3}"#,
+            "[1]",
+            "\"text\"",
+            "not json",
+        ] {
+            let reply = plugin_reply(&manifest, &request, bad).unwrap();
+            assert_eq!(reply.schema_digest, ERROR_MESSAGE_DIGEST, "{bad}");
+            assert_eq!(reply.json, r#"{"error":"the handler failed"}"#);
+        }
+    }
+
+    #[test]
+    fn the_echo_plugins_protocol_digest_is_the_librarys() {
+        // The digest uagents computes for Protocol(interactions={Message: {Message}}).
+        assert_eq!(
+            plugin_protocol_digest(&manifest_with(&[("Message", MESSAGE_SCHEMA)])),
+            "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3"
+        );
+    }
 
     #[test]
     fn error_message_digest_is_the_models_schema_digest() {
