@@ -372,6 +372,24 @@ impl Config {
             ));
         }
         self.arena.validate()?;
+        for (address, url) in &self.uagents.peers {
+            if !crate::crypto::uagents::looks_like_agent_address(address) {
+                return Err(invalid(
+                    "uagents.peers",
+                    format!("{address:?} is not an agent1… address"),
+                ));
+            }
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(
+                    "uagents.peers",
+                    format!("the endpoint of {address} must be an http(s) URL"),
+                ));
+            }
+        }
+        positive(
+            "uagents.replay_window_secs",
+            self.uagents.replay_window_secs,
+        )?;
         if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
                 "tools.approval_threshold",

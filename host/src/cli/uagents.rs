@@ -1,13 +1,239 @@
-//! `agora-node uagents …`: the uAgents client on the command line (being written).
+//! `agora-node uagents …`: a uAgents client on the command line
+//! (`uagents-exchange.txt`): sign a message envelope with a uAgents identity,
+//! POST it to an agent's `/submit`, and verify the reply — from the HTTP
+//! body with `--sync`, or, with `--listen`, as an asynchronous envelope the
+//! agent POSTs back to this command's own `/submit`.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use bytes::Bytes;
 use clap::Subcommand;
+use rand::RngCore;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, oneshot};
+
+use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope};
+use crate::store::now_ms;
+use crate::transports::uagents::client::{self, Delivered};
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Not available yet.
-    Send,
+    /// Send a message to an agent and print its reply as JSON.
+    Send {
+        /// The agent's address (agent1…).
+        #[arg(long)]
+        to: String,
+        /// The agent's endpoint, e.g. http://127.0.0.1:8000/submit.
+        #[arg(long)]
+        endpoint: String,
+        /// The message model's JSON schema (pydantic v1 `Model.schema_json()`); its digest names the model.
+        #[arg(long)]
+        schema: PathBuf,
+        /// The message, as JSON.
+        #[arg(long)]
+        json: String,
+        /// Ask for the reply in the HTTP response (`x-uagents-connection: sync`).
+        #[arg(long)]
+        sync: bool,
+        /// Seed phrase of the sending identity; default: a fresh random identity.
+        #[arg(long, env = "AGORA_UAGENTS_CLIENT_SEED", hide_env_values = true)]
+        seed: Option<String>,
+        /// Without --sync: receive the asynchronous reply on http://LISTEN/submit
+        /// (the agent must know that endpoint for this command's address).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Seconds the envelope is valid and the reply is waited for.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+    /// Print the agent1… address of a seed phrase.
+    Address {
+        #[arg(long, env = "AGORA_UAGENTS_CLIENT_SEED", hide_env_values = true)]
+        seed: String,
+    },
 }
 
-pub async fn run(_command: Command) -> Result<(), String> {
-    Err("not available yet".into())
+pub async fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Address { seed } => {
+            println!("{}", identity(Some(&seed))?.address());
+            Ok(())
+        }
+        Command::Send {
+            to,
+            endpoint,
+            schema,
+            json,
+            sync,
+            seed,
+            listen,
+            timeout,
+        } => {
+            let identity = identity(seed.as_deref())?;
+            let schema_text = std::fs::read_to_string(&schema)
+                .map_err(|e| format!("{}: {e}", schema.display()))?;
+            let schema_value: Value = serde_json::from_str(&schema_text)
+                .map_err(|e| format!("{}: not JSON: {e}", schema.display()))?;
+            let message: Value =
+                serde_json::from_str(&json).map_err(|e| format!("--json is not JSON: {e}"))?;
+            ucrypto::decode_address(&to).map_err(|e| format!("--to: {e}"))?;
+            let mut envelope = Envelope {
+                version: 1,
+                sender: identity.address().to_string(),
+                target: to.clone(),
+                session: uuid::Uuid::new_v4().hyphenated().to_string(),
+                schema_digest: ucrypto::schema_digest(&schema_value),
+                protocol_digest: None,
+                payload: None,
+                expires: Some(now_ms() / 1000 + timeout),
+                nonce: Some(rand::rngs::OsRng.next_u64()),
+                signature: None,
+            };
+            envelope.encode_payload(&message.to_string());
+            envelope.sign(&identity);
+            let wait = Duration::from_secs(timeout);
+            let reply = if sync {
+                match client::submit(&endpoint, &envelope, true, wait, 4 << 20)
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    Delivered::Reply(reply) => *reply,
+                    Delivered::Accepted => return Err("the agent sent no reply".into()),
+                }
+            } else if let Some(listen) = listen {
+                receive_async_reply(&listen, &endpoint, &envelope, wait).await?
+            } else {
+                client::submit(&endpoint, &envelope, false, wait, 64 * 1024)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!(
+                    "{}",
+                    json!({"status": "delivered", "sender": envelope.sender, "session": envelope.session})
+                );
+                return Ok(());
+            };
+            let summary = check_reply(&envelope, &reply)?;
+            println!("{summary}");
+            Ok(())
+        }
+    }
+}
+
+fn identity(seed: Option<&str>) -> Result<AgentIdentity, String> {
+    match seed {
+        Some(seed) => AgentIdentity::from_seed(seed).map_err(|e| e.to_string()),
+        None => {
+            let mut fresh = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut fresh);
+            AgentIdentity::from_seed(&hex::encode(fresh)).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Check a reply belongs to `request` and verify it when signed (uagents'
+/// own sync replies are unsigned; a signed one must verify), then summarise it.
+fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String> {
+    if reply.sender != request.target {
+        return Err(format!(
+            "the reply comes from {}, not {}",
+            reply.sender, request.target
+        ));
+    }
+    if reply.target != request.sender {
+        return Err(format!("the reply is for {}, not for us", reply.target));
+    }
+    if reply.session != request.session {
+        return Err("the reply belongs to another session".into());
+    }
+    let signed = reply.signature.is_some();
+    if signed {
+        reply
+            .verify()
+            .map_err(|e| format!("the reply's signature does not verify: {e}"))?;
+    } else {
+        eprintln!(
+            "agora-node: warning: the reply is unsigned (uagents does not sign sync replies)"
+        );
+    }
+    let text = reply.decode_payload()?;
+    let message: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(json!({
+        "sender": reply.sender,
+        "session": reply.session,
+        "schema_digest": reply.schema_digest,
+        "verified": signed,
+        "message": message,
+    }))
+}
+
+type Waiter = Arc<Mutex<Option<oneshot::Sender<Envelope>>>>;
+
+#[derive(Clone)]
+struct Listener {
+    request: Arc<Envelope>,
+    waiter: Waiter,
+}
+
+/// Serve `/submit` on `listen`, send the envelope, and wait for the verified reply.
+async fn receive_async_reply(
+    listen: &str,
+    endpoint: &str,
+    envelope: &Envelope,
+    wait: Duration,
+) -> Result<Envelope, String> {
+    let socket = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let (tx, rx) = oneshot::channel();
+    let state = Listener {
+        request: Arc::new(envelope.clone()),
+        waiter: Arc::new(Mutex::new(Some(tx))),
+    };
+    let app = axum::Router::new()
+        .route("/submit", post(receive))
+        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .with_state(state);
+    let server = tokio::spawn(async move { axum::serve(socket, app).await });
+    let outcome = async {
+        client::submit(endpoint, envelope, false, wait, 64 * 1024)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::time::timeout(wait, rx)
+            .await
+            .map_err(|_| format!("no reply within {} s", wait.as_secs()))?
+            .map_err(|_| "the reply listener stopped".to_string())
+    }
+    .await;
+    server.abort();
+    outcome
+}
+
+/// Accept only a verified envelope from the agent we wrote to, in our session.
+async fn receive(State(listener): State<Listener>, body: Bytes) -> impl IntoResponse {
+    let refuse = |error: String| (StatusCode::BAD_REQUEST, axum::Json(json!({"error": error})));
+    let Ok(value) = serde_json::from_slice::<Value>(&body) else {
+        return refuse("empty or invalid payload".into());
+    };
+    let Ok(reply) = Envelope::from_value(value) else {
+        return refuse("contents do not match envelope schema".into());
+    };
+    if let Err(error) = reply.verify() {
+        return refuse(error.to_string());
+    }
+    if reply.target != listener.request.sender {
+        return refuse("unable to route envelope".into());
+    }
+    if reply.sender != listener.request.target || reply.session != listener.request.session {
+        return refuse("not a reply to the message sent".into());
+    }
+    if let Some(waiter) = listener.waiter.lock().await.take() {
+        let _ = waiter.send(reply);
+    }
+    (StatusCode::OK, axum::Json(json!({})))
 }

@@ -1,9 +1,0 @@
-//! (Being written: see the issue for the uagents transport.)
-
-use axum::Router;
-
-use super::NodeState;
-
-pub fn router(state: NodeState) -> Router {
-    Router::new().with_state(state)
-}
