@@ -39,6 +39,9 @@ pub async fn call(
             let reply = agora::client::send(url, &request.into_request(), timeout, limit).await?;
             Ok(reply.into_value())
         }
+        TransportKind::Envelope => super::envelopes::client::outbound(config, url, &body)
+            .await
+            .map_err(|e| OutboundError::Peer(e.to_string())),
         other => Err(OutboundError::Unsupported(other.as_str())),
     }
 }
