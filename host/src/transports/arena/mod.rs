@@ -1,6 +1,6 @@
 //! Agora Arena Protocol (`specs/agora-arena-aap.es.txt`, read with
 //! `agora-arena-aap.en.md`); our reading and the ambiguities we settled are
-//! in `protocols/arena.md`.
+//! in `docs/arena.md`.
 //!
 //! - §1: `POST {arena.path}` carries a task; the plugin serving its `league`
 //!   answers, the host measures `latency_ms`, fills `tools_used` from the tool
