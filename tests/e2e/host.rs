@@ -211,9 +211,19 @@ fn conversations_survive_a_crash_and_restart() {
     let id = started["conversationId"].as_str().expect("a conversation id").to_string();
     assert!(id.len() >= 22, "ids carry at least 128 bits: {id}");
     node.kill();
+    let cached = |dir: &std::path::Path| -> Vec<_> {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join("cache")).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        files
+    };
+    let before = cached(data.path());
+    assert_eq!(before.len(), 1, "the compiled plugin is cached: {before:?}");
+    let modified = std::fs::metadata(&before[0]).unwrap().modified().unwrap();
 
     let node = TestNode::builder().data_dir(data.path()).port(port).start();
     node.wait_for_health("the plugin after restart", |h| has_plugin(h, "unit-converter"));
+    assert_eq!(cached(data.path()), before, "a restart reuses the compiled artifact");
+    assert_eq!(std::fs::metadata(&before[0]).unwrap().modified().unwrap(), modified, "and does not rewrite it");
     let reply = post_json(
         &node.url(&format!("/agora/conversations/{id}")),
         &json!({"body": {"value": 2, "from": "mi", "to": "km"}}),
@@ -373,4 +383,26 @@ fn dev_mode_rebuilds_a_saved_plugin_and_serves_it_live() {
         assert!(Instant::now() < deadline, "the edit never went live; log:\n{}", node.log_text());
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+#[test]
+fn exhausted_instance_slots_answer_overloaded_not_a_crash() {
+    let node = TestNode::builder()
+        .plugin("fixture-hostile")
+        .env("AGORA_PLUGINS__MAX_INSTANCES", "1")
+        .env("AGORA_PLUGINS__CALL_TIMEOUT_MS", "2000")
+        .start();
+    let url = node.url("/agora");
+    let hash = hostile_hash();
+    let looping = {
+        let (url, body) = (url.clone(), json!({"protocolHash": hash, "body": "loop"}));
+        std::thread::spawn(move || post_json(&url, &body))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    let refused = post_json(&url, &json!({"protocolHash": hash, "body": "ok"}));
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.json()["status"], "failure");
+    assert_eq!(looping.join().unwrap().status, 500);
+    // The slot is free again.
+    assert_eq!(post_json(&url, &json!({"protocolHash": hash, "body": "ok"})).json()["body"], "ok");
 }

@@ -142,7 +142,7 @@ pub(crate) fn classify(store: &mut Store<PluginState>, error: wasmtime::Error) -
         InvokeError::Timeout
     } else if state.limiter.memory_refused {
         InvokeError::MemoryExceeded
-    } else if error.to_string().contains("concurrent") || error.to_string().contains("maximum") {
+    } else if error.is::<wasmtime::PoolConcurrencyLimitError>() {
         InvokeError::Overloaded
     } else {
         InvokeError::Trapped(format!("{error:#}"))

@@ -492,7 +492,7 @@ impl Runtime {
         };
         let instance = match plugin.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
-            Err(error) => return Err(self.instantiate_error(&mut store, error)),
+            Err(error) => return Err(instance::classify(&mut store, error)),
         };
         let outcome = instance.call_handle(&mut store, &message).await;
         instance::drain_stdio(&store);
@@ -503,20 +503,6 @@ impl Runtime {
                 message: failure.message,
             }),
             Err(error) => Err(instance::classify(&mut store, error)),
-        }
-    }
-
-    fn instantiate_error(
-        &self,
-        store: &mut wasmtime::Store<instance::PluginState>,
-        error: wasmtime::Error,
-    ) -> InvokeError {
-        let text = format!("{error:#}");
-        if text.contains("concurrent") || text.contains("maximum") || text.contains("pool") {
-            tracing::warn!(error = %text, "no free plugin instance slot");
-            InvokeError::Overloaded
-        } else {
-            instance::classify(store, error)
         }
     }
 
@@ -676,7 +662,7 @@ impl Runtime {
             Ok(instance) => instance,
             Err(error) => {
                 return Err(failed(
-                    self.instantiate_error(&mut store, error).to_string(),
+                    instance::classify(&mut store, error).to_string(),
                 ));
             }
         };
