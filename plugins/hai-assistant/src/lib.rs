@@ -111,10 +111,7 @@ fn search_query(content: &str) -> String {
             query = &query[lead.len()..];
         }
     }
-    query
-        .trim_end_matches(['?', '.', '!'])
-        .trim()
-        .to_string()
+    query.trim_end_matches(['?', '.', '!']).trim().to_string()
 }
 
 fn search(content: &str) -> String {

@@ -543,7 +543,14 @@ async fn write_loop(
         };
         match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
             Ok(Ok(())) => {}
-            _ => return,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::info!(
+                    transport = "hai",
+                    "closing a connection that does not read its frames (write timed out)"
+                );
+                return;
+            }
         }
     }
 }
