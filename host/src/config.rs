@@ -270,11 +270,22 @@ impl ArenaConfig {
 pub struct HaiConfig {
     pub enabled: bool,
     pub listen: String,
+    /// The WebSocket path; the browser client is served at `/`.
     pub path: String,
+    /// Largest inbound WebSocket message; a bigger one closes the connection (1009).
     pub max_frame_bytes: usize,
+    /// `user_message`s one session may send per minute.
     pub messages_per_minute: u32,
+    /// Messages containing any of these words (case-insensitive, whole words) are refused.
     pub blocked_words: Vec<String>,
+    /// Keep-alive ping period; a peer silent for two periods is disconnected.
     pub ping_interval_secs: u64,
+    /// Frames queued for one connection; a client that falls further behind is disconnected.
+    pub send_buffer_frames: usize,
+    /// A session unused this long is forgotten with its history.
+    pub session_ttl_secs: u64,
+    /// History entries kept per session (messages, tool results, approvals).
+    pub max_history_entries: usize,
 }
 
 /// Values given on the command line; only those set override the layers below.
@@ -428,6 +439,18 @@ impl Config {
         positive(
             "envelopes.ws_max_pending",
             self.envelopes.ws_max_pending as u64,
+        )?;
+        positive("hai.max_frame_bytes", self.hai.max_frame_bytes as u64)?;
+        positive(
+            "hai.messages_per_minute",
+            u64::from(self.hai.messages_per_minute),
+        )?;
+        positive("hai.ping_interval_secs", self.hai.ping_interval_secs)?;
+        positive("hai.send_buffer_frames", self.hai.send_buffer_frames as u64)?;
+        positive("hai.session_ttl_secs", self.hai.session_ttl_secs)?;
+        positive(
+            "hai.max_history_entries",
+            self.hai.max_history_entries as u64,
         )?;
         positive(
             "agora.conversation_ttl_secs",

@@ -1,0 +1,372 @@
+//! One answer to one `user_message` (`hai-protocol.md` §"Conversation Flows"):
+//! `status: thinking` → the plugin's `routing` / the host's `executing_tools`,
+//! `tool_call`s and `tool_approval_request`s → `assistant_message_chunk`s
+//! sharing one `message_id`, the last `is_final` (or one `assistant_message`
+//! when the client asked for it) → `status: completed`.
+//!
+//! The assistant plugin streams with `emit("chunk", {"content": …})`, may
+//! report `emit("status", {"status": "routing", "message": …})` and explain a
+//! risky tool call with `emit("tool_reasoning", {"reasoning": …})` just before
+//! it; its reply is `{"content": …}`. The host runs its tools and asks the
+//! human; every frame goes to all connections of the session, and the
+//! messages, tool results and approvals go to the session's history.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::session::{APPROVAL_EVENT, QueuedTurn, Session, SessionApprover};
+use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
+use super::{HaiError, Shared, history_id};
+use crate::runtime::{Call, Exchange, Phase, PluginEvent, TransportKind};
+
+/// The most reply text one turn assembles; chunks beyond it are dropped.
+const MAX_REPLY_BYTES: usize = 1 << 20;
+const MAX_REASONING_CHARS: usize = 1_000;
+/// A tool result shown in a `tool_call` frame's `result`.
+const MAX_RESULT_CHARS: usize = 4_000;
+const EVENT_BUFFER: usize = 64;
+
+/// Run a turn to its end. Every failure becomes an error frame for the session.
+pub async fn run(shared: Shared, session: Arc<Session>, message: UserMessage, queued: QueuedTurn) {
+    let _turn = session.turn.lock().await;
+    if let Err(error) = answer(&shared, &session, &message).await {
+        error.log("turn");
+        session.publish(&error.to_frame());
+    }
+    session.publish(&Outbound::Status {
+        status: Status::Completed,
+        message: None,
+        session_id: session.id.clone(),
+    });
+    drop(queued);
+}
+
+async fn answer(
+    shared: &Shared,
+    session: &Arc<Session>,
+    message: &UserMessage,
+) -> Result<(), HaiError> {
+    shared.record_session(&session.id)?;
+    shared.append(
+        &session.id,
+        "user",
+        json!({"content": message.content, "metadata": message.metadata}),
+    )?;
+    session.publish(&Outbound::Status {
+        status: Status::Thinking,
+        message: Some("Assistant is thinking...".into()),
+        session_id: session.id.clone(),
+    });
+
+    let registry = shared.node.runtime.registry();
+    let Some(plugin) = registry.hai_assistant().cloned() else {
+        return Err(HaiError::NoAssistant);
+    };
+    let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
+    let approver = Arc::new(SessionApprover {
+        session: session.clone(),
+        events: events.clone(),
+    });
+    let exchange = Exchange::new()
+        .with_events(events)
+        .with_history(history_id(&session.id))
+        .with_approver(approver);
+    let call = Call {
+        transport: TransportKind::Hai,
+        phase: Phase::Handle,
+        route: "assistant".into(),
+        sender: None,
+        conversation: Some(session.id.clone()),
+        body: json!({
+            "content": message.content,
+            "session_id": session.id,
+            "metadata": message.metadata,
+        })
+        .to_string(),
+    };
+    let mut turn = Turn {
+        shared,
+        session,
+        message_id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+        agent_id: plugin.manifest.name.clone(),
+        streaming: !message.wants_complete_message(),
+        held: None,
+        text: String::new(),
+        reasoning: None,
+        calls: HashMap::new(),
+        announced_tools: false,
+    };
+    let runtime = shared.node.runtime.clone();
+    let invoke = runtime.invoke(&plugin, call, exchange);
+    tokio::pin!(invoke);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(event) = stream.recv() => turn.on_event(event),
+            outcome = &mut invoke => break outcome,
+        }
+    };
+    while let Ok(event) = stream.try_recv() {
+        turn.on_event(event);
+    }
+    match outcome {
+        Ok(reply) => turn.finish(&reply),
+        Err(error) => {
+            // Close the partial message so clients stop waiting for it, then say why.
+            turn.flush_final();
+            Err(error.into())
+        }
+    }
+}
+
+/// What a tool call looked like, for the frames that follow it.
+struct KnownCall {
+    parameters: Value,
+    approval_id: Option<String>,
+}
+
+struct Turn<'a> {
+    shared: &'a Shared,
+    session: &'a Arc<Session>,
+    message_id: String,
+    agent_id: String,
+    streaming: bool,
+    /// The latest chunk, held back so the last one can be sent with `is_final: true`.
+    held: Option<String>,
+    text: String,
+    reasoning: Option<String>,
+    calls: HashMap<String, KnownCall>,
+    announced_tools: bool,
+}
+
+impl Turn<'_> {
+    fn session_id(&self) -> String {
+        self.session.id.clone()
+    }
+
+    fn on_event(&mut self, event: PluginEvent) {
+        match event.kind.as_str() {
+            "chunk" | "assistant_message_chunk" => {
+                if let Some(content) = event.data["content"].as_str() {
+                    self.chunk(content);
+                }
+            }
+            "status" => {
+                if let Some(status) = event.data["status"].as_str().and_then(Status::from_plugin) {
+                    self.session.publish(&Outbound::Status {
+                        status,
+                        message: event.data["message"]
+                            .as_str()
+                            .map(|m| truncate_chars(m, MAX_REASONING_CHARS)),
+                        session_id: self.session_id(),
+                    });
+                }
+            }
+            "tool_reasoning" => {
+                self.reasoning = event.data["reasoning"]
+                    .as_str()
+                    .map(|r| truncate_chars(r, MAX_REASONING_CHARS));
+            }
+            APPROVAL_EVENT => self.approval_request(&event.data),
+            "tool_call" => self.tool_call(&event.data),
+            other => tracing::debug!(kind = other, "hai: event kind ignored"),
+        }
+    }
+
+    fn chunk(&mut self, content: &str) {
+        if content.is_empty() {
+            return;
+        }
+        if self.text.len() + content.len() > MAX_REPLY_BYTES {
+            tracing::warn!(session = %self.session.id, "hai: reply over {MAX_REPLY_BYTES} bytes; the rest is dropped");
+            return;
+        }
+        self.text.push_str(content);
+        if !self.streaming {
+            return;
+        }
+        if let Some(previous) = self.held.replace(content.to_string()) {
+            self.publish_chunk(previous, false);
+        }
+    }
+
+    fn publish_chunk(&self, content: String, is_final: bool) {
+        self.session.publish(&Outbound::AssistantMessageChunk {
+            content,
+            session_id: self.session_id(),
+            agent_id: Some(self.agent_id.clone()),
+            message_id: self.message_id.clone(),
+            is_final,
+        });
+    }
+
+    fn flush_final(&mut self) {
+        if let Some(last) = self.held.take() {
+            self.publish_chunk(last, true);
+        }
+    }
+
+    fn approval_request(&mut self, data: &Value) {
+        let approval_id = data["approval_id"].as_str().unwrap_or_default();
+        // Only the host's approver registers approvals; anything else is not one.
+        if !self.session.is_pending(approval_id) {
+            return;
+        }
+        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
+        let tool_name = data["tool_name"].as_str().unwrap_or_default().to_string();
+        let parameters = data["arguments"].clone();
+        let risk = data["risk"]
+            .as_str()
+            .and_then(crate::runtime::Risk::parse)
+            .unwrap_or(crate::runtime::Risk::Critical);
+        let reasoning = self.reasoning.take().unwrap_or_else(|| {
+            format!("The assistant wants to run {tool_name} to answer your message")
+        });
+        self.calls.insert(
+            call_id,
+            KnownCall {
+                parameters: parameters.clone(),
+                approval_id: Some(approval_id.to_string()),
+            },
+        );
+        self.record(
+            "approval_request",
+            json!({"approval_id": approval_id, "tool_name": tool_name, "parameters": parameters, "risk_level": risk, "reasoning": reasoning}),
+        );
+        self.session.publish(&Outbound::ToolApprovalRequest {
+            tool_name,
+            tool_description: data["description"].as_str().unwrap_or_default().to_string(),
+            parameters,
+            reasoning,
+            risk_level: risk,
+            session_id: self.session_id(),
+            approval_id: approval_id.to_string(),
+        });
+    }
+
+    fn tool_call(&mut self, data: &Value) {
+        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
+        let tool_name = data["tool_name"].as_str().unwrap_or_default().to_string();
+        let status = match data["status"].as_str() {
+            Some("started") => ToolStatus::Started,
+            Some("completed") => ToolStatus::Completed,
+            Some("failed") => ToolStatus::Failed,
+            _ => return,
+        };
+        if status == ToolStatus::Started {
+            if !self.announced_tools {
+                self.announced_tools = true;
+                self.session.publish(&Outbound::Status {
+                    status: Status::ExecutingTools,
+                    message: Some(format!("Running {tool_name}...")),
+                    session_id: self.session_id(),
+                });
+            }
+            let known = self.calls.entry(call_id.clone()).or_insert(KnownCall {
+                parameters: Value::Null,
+                approval_id: None,
+            });
+            known.parameters = data["arguments"].clone();
+        }
+        let (parameters, approval_id) = match self.calls.get(&call_id) {
+            Some(known) => (known.parameters.clone(), known.approval_id.clone()),
+            None => (Value::Null, None),
+        };
+        let parameters = if parameters.is_object() {
+            parameters
+        } else {
+            json!({})
+        };
+        let mut metadata = json!({"risk_level": data["risk"]});
+        if let Some(approval_id) = &approval_id {
+            metadata["approval_id"] = json!(approval_id);
+        }
+        let result = match status {
+            ToolStatus::Started => None,
+            ToolStatus::Completed => {
+                let result = &data["result"];
+                metadata["result"] = result.clone();
+                Some(match (result.as_str(), result["summary"].as_str()) {
+                    (Some(text), _) | (None, Some(text)) => truncate_chars(text, MAX_RESULT_CHARS),
+                    _ => truncate_chars(&result.to_string(), MAX_RESULT_CHARS),
+                })
+            }
+            ToolStatus::Failed => Some(truncate_chars(
+                data["error"].as_str().unwrap_or("the tool failed"),
+                MAX_RESULT_CHARS,
+            )),
+        };
+        if status != ToolStatus::Started {
+            self.record(
+                "tool",
+                json!({"tool_call_id": call_id, "tool_name": tool_name, "status": status, "result": result}),
+            );
+        }
+        self.session.publish(&Outbound::ToolCall {
+            tool_call_id: call_id.clone(),
+            tool_name: tool_name.clone(),
+            parameters,
+            session_id: self.session_id(),
+            status,
+            result: result.clone(),
+            agent_id: Some(self.agent_id.clone()),
+            metadata,
+        });
+        // A tool that ran and failed is an error the human should see; a refusal
+        // (rejected, timed out, no approver) is the human's own decision, not a failure.
+        let refused = matches!(
+            data["error"].as_str(),
+            Some("rejected" | "approval timed out" | "no approver")
+        );
+        if status == ToolStatus::Failed && !refused {
+            let error = HaiError::ToolFailed {
+                tool: tool_name,
+                tool_call_id: call_id,
+                message: result.unwrap_or_default(),
+            };
+            self.session.publish(&error.to_frame());
+        }
+    }
+
+    fn finish(mut self, reply: &str) -> Result<(), HaiError> {
+        let reply: Value = serde_json::from_str(reply).unwrap_or(Value::String(reply.into()));
+        let stated = reply["content"]
+            .as_str()
+            .or_else(|| reply.as_str())
+            .unwrap_or_default();
+        if self.text.is_empty() {
+            // Nothing was streamed: the reply is the whole answer, sent as one final chunk.
+            if stated.trim().is_empty() {
+                return Err(HaiError::AssistantFailed(
+                    "the assistant gave no answer".into(),
+                ));
+            }
+            self.chunk(&truncate_chars(stated, MAX_REPLY_BYTES / 4));
+        }
+        if self.streaming {
+            self.flush_final();
+        } else {
+            self.session.publish(&Outbound::AssistantMessage {
+                content: self.text.clone(),
+                session_id: self.session_id(),
+                agent_id: Some(self.agent_id.clone()),
+                metadata: json!({"message_id": self.message_id}),
+            });
+        }
+        self.shared.append(
+            &self.session.id,
+            "assistant",
+            json!({"content": self.text, "message_id": self.message_id, "agent_id": self.agent_id}),
+        )
+    }
+
+    /// History of tool results and approvals is best effort: a full history must not abort the answer.
+    fn record(&self, role: &str, body: Value) {
+        if let Err(error) = self.shared.append(&self.session.id, role, body) {
+            tracing::warn!(session = %self.session.id, %error, "hai: history not recorded");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+// Drives the node's HAI browser client in Debian's chromium with playwright-core:
+// a streamed answer, a tool call, an approved and a rejected report, and the
+// history after a reload. Run by tests/e2e/hai.rs with HAI_URL set; writes
+// SCREENSHOT (default ./screenshot.png).
+import assert from 'node:assert/strict';
+import { chromium } from 'playwright-core';
+
+const url = process.env.HAI_URL;
+const screenshot = process.env.SCREENSHOT || 'screenshot.png';
+if (!url) throw new Error('set HAI_URL to the node, e.g. http://127.0.0.1:8080/');
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: [
+    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  ],
+});
+
+const finals = (page) => page.locator('.msg.assistant[data-final="true"]');
+
+async function say(page, text) {
+  await page.fill('#input', text);
+  await page.click('#send');
+}
+
+async function answer(page, n) {
+  await page.waitForFunction(
+    (n) => document.querySelectorAll('.msg.assistant[data-final="true"]').length >= n,
+    n,
+  );
+  return finals(page).nth(n - 1).innerText();
+}
+
+try {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 760 } });
+  const page = await context.newPage();
+  page.on('console', (m) => { if (m.type() === 'error') console.log('[page]', m.text()); });
+  await page.goto(url);
+  await page.waitForSelector('#connection[data-state="connected"]');
+  const sessionId = await page.evaluate(() => localStorage.getItem('agora_session_id'));
+  assert.match(sessionId, /^[0-9a-f-]{36}$/);
+
+  // 1. A streamed answer: the text grows chunk by chunk in the page.
+  await page.evaluate(() => {
+    window.__snapshots = [];
+    new MutationObserver(() => {
+      const el = document.querySelector('.msg.assistant');
+      if (el) window.__snapshots.push(el.textContent.length);
+    }).observe(document.getElementById('messages'), { childList: true, subtree: true, characterData: true });
+  });
+  await say(page, 'What are the rules for food storage?');
+  let text = await answer(page, 1);
+  assert.match(text, /What are the rules for food storage\?/);
+  const chunks = Number(await finals(page).nth(0).getAttribute('data-chunks'));
+  assert.ok(chunks >= 3, `several chunks, got ${chunks}`);
+  const snapshots = await page.evaluate(() => [...new Set(window.__snapshots)]);
+  assert.ok(snapshots.length >= 3, `the answer grew progressively: ${snapshots}`);
+  await page.waitForSelector('#status', { state: 'hidden' });
+
+  // 2. A low-risk tool: an indicator, no approval.
+  await say(page, 'search food storage');
+  text = await answer(page, 2);
+  assert.match(text, /FS-10/);
+  const tool = page.locator('.tool[data-tool="search_regulations"][data-status="completed"]');
+  assert.match(await tool.innerText(), /Found \d+ relevant regulations/);
+
+  // 3. A high-risk tool, approved in the modal (orange for high risk).
+  await say(page, 'Generate the inspection report for INS-2024-001');
+  await page.waitForSelector('#approval[open]');
+  assert.equal(await page.getAttribute('#approval', 'data-risk'), 'high');
+  assert.equal(
+    await page.$eval('#approval-risk', (el) => getComputedStyle(el).backgroundColor),
+    'rgb(232, 113, 10)',
+  );
+  assert.match(await page.innerText('#approval-parameters'), /INS-2024-001/);
+  await page.click('#approve');
+  text = await answer(page, 3);
+  assert.match(text, /has been generated/);
+  await page.waitForSelector('.tool[data-tool="generate_inspection_report"][data-status="completed"]');
+
+  // 4. Rejected with feedback: the answer says so and quotes it.
+  await say(page, 'Generate the inspection report for INS-2024-002');
+  await page.waitForSelector('#approval[open]');
+  await page.fill('#feedback', 'Please add the freezer photos first');
+  await page.screenshot({ path: screenshot });
+  await page.click('#reject');
+  text = await answer(page, 4);
+  assert.match(text, /was not generated/);
+  assert.match(text, /Please add the freezer photos first/);
+  assert.equal(await page.locator('#approval[open]').count(), 0);
+
+  // 5. Reload: same session, the conversation comes back from the node.
+  await page.reload();
+  await page.waitForSelector('#connection[data-state="connected"]');
+  await page.waitForFunction(() => Number(document.body.dataset.history || 0) > 0);
+  assert.equal(await page.evaluate(() => localStorage.getItem('agora_session_id')), sessionId);
+  assert.equal(await page.locator('.msg.user').count(), 4);
+  assert.equal(await finals(page).count(), 4);
+  assert.match(await page.locator('.notice.rejected').innerText(), /Please add the freezer photos first/);
+  await say(page, 'what did I say first?');
+  text = await answer(page, 5);
+  assert.match(text, /What are the rules for food storage\?/);
+
+  console.log('browser test passed');
+} finally {
+  await browser.close();
+}
