@@ -29,7 +29,11 @@ fn describe_figment(error: &figment::Error) -> String {
         .into_iter()
         .map(|error| {
             let key = error.path.join(".").to_lowercase();
-            let source = error.metadata.as_ref().map(|m| format!(" (from {})", m.name)).unwrap_or_default();
+            let source = error
+                .metadata
+                .as_ref()
+                .map(|m| format!(" (from {})", m.name))
+                .unwrap_or_default();
             if key.is_empty() {
                 format!("configuration: {}{source}", error.kind)
             } else {
@@ -303,10 +307,7 @@ impl Config {
         match file {
             Some(path) => {
                 if !path.exists() {
-                    return Err(invalid(
-                        "--config",
-                        format!("{} does not exist", path.display()),
-                    ));
+                    return Err(invalid("--config", format!("{} does not exist", path.display())));
                 }
                 figment = figment.merge(Toml::file(path));
             }
@@ -370,10 +371,7 @@ impl Config {
             ("hai.path", &self.hai.path),
         ] {
             if !path.starts_with('/') || path.contains(char::is_whitespace) {
-                return Err(invalid(
-                    key,
-                    format!("{path:?} must be an absolute URL path"),
-                ));
+                return Err(invalid(key, format!("{path:?} must be an absolute URL path")));
             }
         }
         if self.arena.path == self.agora.path && self.arena.listen == self.agora.listen {
@@ -397,10 +395,7 @@ impl Config {
                 ));
             }
         }
-        positive(
-            "uagents.replay_window_secs",
-            self.uagents.replay_window_secs,
-        )?;
+        positive("uagents.replay_window_secs", self.uagents.replay_window_secs)?;
         if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
                 "tools.approval_threshold",
@@ -409,10 +404,7 @@ impl Config {
         }
         positive("plugins.max_memory_mb", self.plugins.max_memory_mb)?;
         positive("plugins.call_timeout_ms", self.plugins.call_timeout_ms)?;
-        positive(
-            "plugins.max_instances",
-            u64::from(self.plugins.max_instances),
-        )?;
+        positive("plugins.max_instances", u64::from(self.plugins.max_instances))?;
         positive(
             "plugins.max_concurrent_calls",
             self.plugins.max_concurrent_calls as u64,
@@ -423,39 +415,18 @@ impl Config {
             "envelopes.rate_limit_per_minute",
             u64::from(self.envelopes.rate_limit_per_minute),
         )?;
-        positive(
-            "envelopes.request_timeout_ms",
-            self.envelopes.request_timeout_ms,
-        )?;
-        positive(
-            "envelopes.max_in_flight",
-            self.envelopes.max_in_flight as u64,
-        )?;
-        positive(
-            "envelopes.max_offer_ttl_ms",
-            self.envelopes.max_offer_ttl_ms,
-        )?;
+        positive("envelopes.request_timeout_ms", self.envelopes.request_timeout_ms)?;
+        positive("envelopes.max_in_flight", self.envelopes.max_in_flight as u64)?;
+        positive("envelopes.max_offer_ttl_ms", self.envelopes.max_offer_ttl_ms)?;
         positive("envelopes.status_ttl_secs", self.envelopes.status_ttl_secs)?;
-        positive(
-            "envelopes.ws_max_pending",
-            self.envelopes.ws_max_pending as u64,
-        )?;
+        positive("envelopes.ws_max_pending", self.envelopes.ws_max_pending as u64)?;
         positive("hai.max_frame_bytes", self.hai.max_frame_bytes as u64)?;
-        positive(
-            "hai.messages_per_minute",
-            u64::from(self.hai.messages_per_minute),
-        )?;
+        positive("hai.messages_per_minute", u64::from(self.hai.messages_per_minute))?;
         positive("hai.ping_interval_secs", self.hai.ping_interval_secs)?;
         positive("hai.send_buffer_frames", self.hai.send_buffer_frames as u64)?;
         positive("hai.session_ttl_secs", self.hai.session_ttl_secs)?;
-        positive(
-            "hai.max_history_entries",
-            self.hai.max_history_entries as u64,
-        )?;
-        positive(
-            "agora.conversation_ttl_secs",
-            self.agora.conversation_ttl_secs,
-        )?;
+        positive("hai.max_history_entries", self.hai.max_history_entries as u64)?;
+        positive("agora.conversation_ttl_secs", self.agora.conversation_ttl_secs)?;
         if self.plugins.max_memory_mb > 4096 {
             return Err(invalid(
                 "plugins.max_memory_mb",
@@ -485,10 +456,7 @@ fn positive(key: &'static str, value: u64) -> Result<(), ConfigError> {
 
 /// Parse a listen address, naming the key when it is wrong.
 pub fn parse_listen(key: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
-    value.parse().map_err(|_| {
-        invalid(
-            key,
-            format!("{value:?} is not an address like 127.0.0.1:8080"),
-        )
-    })
+    value
+        .parse()
+        .map_err(|_| invalid(key, format!("{value:?} is not an address like 127.0.0.1:8080")))
 }

@@ -54,22 +54,21 @@ pub async fn build_and_install(
     target_dir: &Path,
     plugins_dir: &Path,
 ) -> Result<PathBuf, String> {
-    let output =
-        tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "--profile",
-                "plugin",
-                "--target",
-                "wasm32-wasip2",
-                "--target-dir",
-            ])
-            .arg(target_dir)
-            .args(["-p", &krate.package])
-            .current_dir(&krate.dir)
-            .output()
-            .await
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let output = tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "build",
+            "--profile",
+            "plugin",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(target_dir)
+        .args(["-p", &krate.package])
+        .current_dir(&krate.dir)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !output.status.success() {
         return Err(String::from_utf8_lossy(&output.stderr).into_owned());
     }
@@ -90,10 +89,7 @@ pub async fn rebuild_loop(
     plugins_dir: PathBuf,
 ) -> Result<(), notify::Error> {
     for krate in find_crates(&sources) {
-        report(
-            &krate,
-            build_and_install(&krate, &target_dir, &plugins_dir).await,
-        );
+        report(&krate, build_and_install(&krate, &target_dir, &plugins_dir).await);
     }
     let (changes, mut changed) = mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
     let root = std::path::absolute(&sources).unwrap_or_else(|_| sources.clone());
@@ -123,10 +119,7 @@ pub async fn rebuild_loop(
             .filter(|krate| paths.iter().any(|path| path.starts_with(&krate.dir)))
             .collect();
         for krate in touched {
-            report(
-                krate,
-                build_and_install(krate, &target_dir, &plugins_dir).await,
-            );
+            report(krate, build_and_install(krate, &target_dir, &plugins_dir).await);
         }
     }
     Ok(())

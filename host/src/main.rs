@@ -112,14 +112,11 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
 async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
     let config = load_config(&args)?;
     init_logging(config.log_format, &config.log_level);
-    let identity =
-        NodeIdentity::load_or_create(&config.identity.key_file).map_err(|e| e.to_string())?;
+    let identity = NodeIdentity::load_or_create(&config.identity.key_file).map_err(|e| e.to_string())?;
     tracing::info!(did = %identity.did(), "node identity");
     let sources = config.plugins.sources_dir.clone();
     let plugins_dir = config.plugins.dir.clone();
-    let node = agora_node::Node::start(config)
-        .await
-        .map_err(|e| e.to_string())?;
+    let node = agora_node::Node::start(config).await.map_err(|e| e.to_string())?;
     for addr in node.addresses() {
         // One line per listener on stdout, for scripts and tests waiting for readiness.
         println!("agora-node listening on http://{addr}");
@@ -148,8 +145,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Serve(args) => serve(args, false).await,
         Command::Dev(args) => serve(args, true).await,
         Command::Plugin(PluginCommand::New { name, dir, lang }) => {
-            let created =
-                agora_node::scaffold::new_plugin(&name, &dir, &lang).map_err(|e| e.to_string())?;
+            let created = agora_node::scaffold::new_plugin(&name, &dir, &lang).map_err(|e| e.to_string())?;
             println!("created {}", created.display());
             println!("build:  cargo build --profile plugin --target wasm32-wasip2 -p {name}");
             Ok(())

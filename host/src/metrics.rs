@@ -74,11 +74,7 @@ impl Metrics {
             "Plugin calls by transport, plugin and outcome",
             calls.clone(),
         );
-        registry.register(
-            "plugin_call_seconds",
-            "Plugin call latency",
-            latency.clone(),
-        );
+        registry.register("plugin_call_seconds", "Plugin call latency", latency.clone());
         registry.register("plugin_reloads", "Plugin loads by outcome", reloads.clone());
         registry.register(
             "plugin_traps",

@@ -52,14 +52,10 @@ impl Node {
     /// Open the store, load the plugins, start the watcher and bind every listener.
     pub async fn start(config: Config) -> Result<Node, NodeError> {
         let config = Arc::new(config);
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-            NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display()))
-        })?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display())))?;
         std::fs::create_dir_all(&config.plugins.dir).map_err(|e| {
-            NodeError::Runtime(format!(
-                "cannot create {}: {e}",
-                config.plugins.dir.display()
-            ))
+            NodeError::Runtime(format!("cannot create {}: {e}", config.plugins.dir.display()))
         })?;
         let store_dir = config.data_dir.join("state");
         let store = Store::open(&store_dir).map_err(|source| NodeError::Store {
@@ -89,52 +85,54 @@ impl Node {
 
         let mut routers: BTreeMap<SocketAddr, Router> = BTreeMap::new();
         let main = parse_listen("listen", &config.listen)?;
-        let mut mount =
-            |key: &'static str, listen: &str, router: Router| -> Result<(), NodeError> {
-                let addr = if listen.is_empty() {
-                    main
-                } else {
-                    parse_listen(key, listen)?
-                };
-                let merged = routers.remove(&addr).unwrap_or_default().merge(router);
-                routers.insert(addr, merged);
-                Ok(())
+        let mut mount = |key: &'static str, listen: &str, router: Router| -> Result<(), NodeError> {
+            let addr = if listen.is_empty() {
+                main
+            } else {
+                parse_listen(key, listen)?
             };
+            let merged = routers.remove(&addr).unwrap_or_default().merge(router);
+            routers.insert(addr, merged);
+            Ok(())
+        };
         mount("listen", "", crate::health::router(state.clone()))?;
-        if config.agora.enabled {
-            mount(
+        type Mount = fn(NodeState) -> Router;
+        let transports: [(bool, &'static str, &str, Mount); 5] = [
+            (
+                config.agora.enabled,
                 "agora.listen",
                 &config.agora.listen,
-                transports::agora::router(state.clone()),
-            )?;
-        }
-        if config.envelopes.enabled {
-            mount(
+                transports::agora::router,
+            ),
+            (
+                config.envelopes.enabled,
                 "envelopes.listen",
                 &config.envelopes.listen,
-                transports::envelopes::router(state.clone()),
-            )?;
-        }
-        if config.uagents.enabled {
-            mount(
+                transports::envelopes::router,
+            ),
+            (
+                config.uagents.enabled,
                 "uagents.listen",
                 &config.uagents.listen,
-                transports::uagents::router(state.clone()),
-            )?;
-        }
-        if config.arena.enabled {
-            mount(
+                transports::uagents::router,
+            ),
+            (
+                config.arena.enabled,
                 "arena.listen",
                 &config.arena.listen,
-                transports::arena::router(state.clone()),
-            )?;
-        }
-        if config.hai.enabled {
-            mount(
+                transports::arena::router,
+            ),
+            (
+                config.hai.enabled,
                 "hai.listen",
                 &config.hai.listen,
-                transports::hai::router(state.clone()),
-            )?;
+                transports::hai::router,
+            ),
+        ];
+        for (enabled, key, listen, router) in transports {
+            if enabled {
+                mount(key, listen, router(state.clone()))?;
+            }
         }
 
         let mut listeners = Vec::new();

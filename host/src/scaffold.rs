@@ -9,10 +9,7 @@ pub enum ScaffoldError {
     #[error("{0} already exists")]
     Exists(PathBuf),
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
     #[error("language {0:?} is not supported yet (rust is)")]
     Language(String),
 }

@@ -69,11 +69,7 @@ pub fn history() -> Vec<HistoryEntry> {
 }
 
 /// Call another agent over `transport` (only hosts the node allows).
-pub fn outbound(
-    transport: Transport,
-    url: &str,
-    body: &serde_json::Value,
-) -> Result<String, String> {
+pub fn outbound(transport: Transport, url: &str, body: &serde_json::Value) -> Result<String, String> {
     raw::outbound(&OutboundRequest {
         transport,
         url: url.to_string(),

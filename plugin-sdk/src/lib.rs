@@ -37,8 +37,8 @@ pub mod host;
 mod manifest;
 
 pub use bindings::agora::node::types::{
-    EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk,
-    Tool, Transport, WarmPool,
+    EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk, Tool,
+    Transport, WarmPool,
 };
 pub use manifest::Manifest;
 pub use serde_json::{self, Value, json};
@@ -61,8 +61,7 @@ pub trait Plugin {
 impl Message {
     /// The body parsed as JSON, or a `bad-request` failure naming the problem.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Failure> {
-        serde_json::from_str(&self.body)
-            .map_err(|e| Failure::bad_request(format!("invalid body: {e}")))
+        serde_json::from_str(&self.body).map_err(|e| Failure::bad_request(format!("invalid body: {e}")))
     }
 }
 
@@ -89,8 +88,7 @@ impl Failure {
 
 /// Serialize a reply value to the JSON text `handle` returns.
 pub fn reply(value: impl serde::Serialize) -> Result<String, Failure> {
-    serde_json::to_string(&value)
-        .map_err(|e| Failure::internal(format!("cannot encode reply: {e}")))
+    serde_json::to_string(&value).map_err(|e| Failure::internal(format!("cannot encode reply: {e}")))
 }
 
 #[doc(hidden)]
@@ -121,8 +119,7 @@ macro_rules! export_plugin {
 pub mod prelude {
     pub use crate::host;
     pub use crate::{
-        Failure, FailureKind, Manifest, Message, Phase, Plugin, Risk, Transport, export_plugin,
-        reply,
+        Failure, FailureKind, Manifest, Message, Phase, Plugin, Risk, Transport, export_plugin, reply,
     };
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::{self, Value, json};

@@ -94,12 +94,7 @@ impl Manifest {
     }
 
     /// Reuse instances between requests instead of a fresh one per request.
-    pub fn warm(
-        mut self,
-        max_invocations: u32,
-        max_concurrency: u32,
-        idle_timeout_ms: u32,
-    ) -> Self {
+    pub fn warm(mut self, max_invocations: u32, max_concurrency: u32, idle_timeout_ms: u32) -> Self {
         self.inner.instance = InstancePolicy::Warm(WarmPool {
             max_invocations,
             max_concurrency,

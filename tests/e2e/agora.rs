@@ -48,10 +48,7 @@ fn base64_data_uri(text: &str) -> String {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
 fn start(node: &TestNode, request: Value) -> HttpReply {
@@ -82,10 +79,7 @@ fn failure_error(reply: &HttpReply) -> String {
     let value = reply.json();
     assert_eq!(value["status"], "failure", "{value}");
     assert!(value.get("body").is_none(), "{value}");
-    value["error"]
-        .as_str()
-        .expect("error is a string")
-        .to_string()
+    value["error"].as_str().expect("error is a string").to_string()
 }
 
 /// A transport-level error (§10.1): the status, and a JSON failure naming the problem.
@@ -93,10 +87,7 @@ fn transport_error(reply: &HttpReply, status: u16) -> String {
     assert_eq!(reply.status, status, "{}", reply.body);
     let value = reply.json();
     assert_eq!(value["status"], "failure", "{value}");
-    value["error"]
-        .as_str()
-        .expect("error is a string")
-        .to_string()
+    value["error"].as_str().expect("error is a string").to_string()
 }
 
 /// The node still answers a plain single-round request and its well-known list.
@@ -119,8 +110,8 @@ fn cli(args: &[&str]) -> (bool, Value) {
         .output()
         .expect("running agora-node agora");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("the CLI printed no JSON ({e}): {stdout}"));
+    let value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("the CLI printed no JSON ({e}): {stdout}"));
     (output.status.success(), value)
 }
 
@@ -309,10 +300,7 @@ fn sources_that_do_not_match_the_hash_are_refused_and_urls_are_not_fetched() {
         &node,
         json!({"protocolHash": sha1_hex(known.as_bytes()), "protocolSources": [other], "body": {"value": 1, "from": "m", "to": "cm"}}),
     );
-    assert_eq!(
-        failure_error(&reply),
-        "protocolSources do not match protocolHash"
-    );
+    assert_eq!(failure_error(&reply), "protocolSources do not match protocolHash");
     // A URL source is never fetched unless `agora.source_hosts` allows its host.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -485,10 +473,7 @@ fn multiround_conversation_lifecycle() {
     let ended = delete(&node.url(&format!("/agora/conversations/{id}")));
     assert_eq!(ended.status, 200);
     assert_eq!(ended.json()["status"], "success");
-    assert_eq!(
-        follow(&node, &id, json!({"body": {"guess": 1}})).status,
-        404
-    );
+    assert_eq!(follow(&node, &id, json!({"body": {"guess": 1}})).status, 404);
     assert_eq!(
         delete(&node.url(&format!("/agora/conversations/{id}"))).status,
         404
@@ -501,30 +486,17 @@ fn multiround_conversation_lifecycle() {
     // The protocol-less default plugin keeps no protocol either: adding one is a change.
     let plain = start(&node, json!({"multiround": true, "body": "hello"}));
     let plain_id = plain.json()["conversationId"].as_str().unwrap().to_string();
-    let reply = follow(
-        &node,
-        &plain_id,
-        json!({"protocolHash": hash, "body": "hello"}),
-    );
+    let reply = follow(&node, &plain_id, json!({"protocolHash": hash, "body": "hello"}));
     assert_eq!(reply.status, 400);
     // A single-round request to a multi-round protocol is the plugin's protocol error.
-    let body = success_body(&start(
-        &node,
-        json!({"protocolHash": hash, "body": {"guess": 1}}),
-    ));
-    assert!(
-        body["error"].as_str().unwrap().contains("multi-round"),
-        "{body}"
-    );
+    let body = success_body(&start(&node, json!({"protocolHash": hash, "body": {"guess": 1}})));
+    assert!(body["error"].as_str().unwrap().contains("multi-round"), "{body}");
 }
 
 #[test]
 fn the_default_plugin_remembers_within_a_conversation() {
     let node = TestNode::builder().plugin("agora-assistant").start();
-    let first = start(
-        &node,
-        json!({"multiround": true, "body": "Hi, my name is Ada"}),
-    );
+    let first = start(&node, json!({"multiround": true, "body": "Hi, my name is Ada"}));
     assert!(success_body(&first).as_str().unwrap().contains("Ada"));
     let id = first.json()["conversationId"].as_str().unwrap().to_string();
     assert_eq!(
@@ -536,10 +508,7 @@ fn the_default_plugin_remembers_within_a_conversation() {
         "Your name is Ada."
     );
     // Another conversation does not share it.
-    let other = start(
-        &node,
-        json!({"multiround": true, "body": "what is my name?"}),
-    );
+    let other = start(&node, json!({"multiround": true, "body": "what is my name?"}));
     assert_eq!(success_body(&other), "You have not told me your name yet.");
 }
 
@@ -599,14 +568,8 @@ fn bad_input_gets_a_clear_error_and_the_node_keeps_serving() {
         (json!({}), "missing field `body`"),
         (json!({"body": 42}), "`body` must be a string or an object"),
         (json!({"body": [1]}), "`body` must be a string or an object"),
-        (
-            json!({"body": true}),
-            "`body` must be a string or an object",
-        ),
-        (
-            json!({"body": null}),
-            "`body` must be a string or an object",
-        ),
+        (json!({"body": true}), "`body` must be a string or an object"),
+        (json!({"body": null}), "`body` must be a string or an object"),
         (
             json!({"body": "x", "protocolHash": 7}),
             "`protocolHash` must be a string or null",
@@ -615,10 +578,7 @@ fn bad_input_gets_a_clear_error_and_the_node_keeps_serving() {
             json!({"body": "x", "protocolHash": ["a"]}),
             "`protocolHash` must be a string or null",
         ),
-        (
-            json!({"body": "x", "protocolHash": "not-a-hash"}),
-            "SHA1 in hex",
-        ),
+        (json!({"body": "x", "protocolHash": "not-a-hash"}), "SHA1 in hex"),
         (json!({"body": "x", "protocolHash": "abcd"}), "SHA1 in hex"),
         (
             json!({"body": "x", "protocolSources": "data:,x"}),
@@ -722,28 +682,19 @@ fn reference_dialect_switch_changes_failure_shape_and_serves_the_root_path() {
             json!({"status": "error", "message": "Unsupported protocol"})
         );
         assert_eq!(
-            success_body(&post_json(
-                &node.url(path),
-                &json!({"body": "what is 2*21"})
-            )),
+            success_body(&post_json(&node.url(path), &json!({"body": "what is 2*21"}))),
             "2*21 = 42"
         );
     }
     // Conversations on the root path, as the library's client builds its URLs.
-    let first = post_json(
-        &node.url("/"),
-        &json!({"multiround": true, "body": "hello"}),
-    );
+    let first = post_json(&node.url("/"), &json!({"multiround": true, "body": "hello"}));
     let id = first.json()["conversationId"].as_str().unwrap().to_string();
     let reply = post_json(
         &node.url(&format!("/conversations/{id}")),
         &json!({"body": "what is 5-8"}),
     );
     assert_eq!(success_body(&reply), "5-8 = -3");
-    assert_eq!(
-        delete(&node.url(&format!("/conversations/{id}"))).status,
-        200
-    );
+    assert_eq!(delete(&node.url(&format!("/conversations/{id}"))).status, 200);
     let reply = post(&node.url("/"), "application/json", b"{");
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["status"], "error");
@@ -762,10 +713,7 @@ fn a_configured_base_path_moves_every_endpoint() {
         .plugin("unit-converter")
         .env("AGORA_AGORA__PATH", "/api/agora")
         .start();
-    assert_eq!(
-        post_json(&node.url("/agora"), &json!({"body": "hi"})).status,
-        404
-    );
+    assert_eq!(post_json(&node.url("/agora"), &json!({"body": "hi"})).status, 404);
     let first = post_json(
         &node.url("/api/agora"),
         &json!({"multiround": true, "body": "what is 1 + 1"}),
@@ -832,10 +780,7 @@ fn the_cli_client_talks_to_the_node() {
     let (ok, reply) = cli(&["follow", &base, &id, "gone?"]);
     assert!(!ok);
     assert!(
-        reply["error"]
-            .as_str()
-            .unwrap()
-            .contains("Unknown conversation"),
+        reply["error"].as_str().unwrap().contains("Unknown conversation"),
         "{reply}"
     );
 }
@@ -998,10 +943,7 @@ fn interop_node_client_against_the_reference_receiver() {
     assert!(ok, "{reply}");
     let seen = echo(&reply);
     assert_eq!(seen["protocol"], "Weather");
-    assert_eq!(
-        seen["echo"],
-        json!({"city": "London", "date": "2025-03-14"})
-    );
+    assert_eq!(seen["echo"], json!({"city": "London", "date": "2025-03-14"}));
 
     // The spec's hex hash does not verify there; the client reads the library's failure shape.
     let guess = support::repo_root().join("protocols/guess-number.md");

@@ -21,8 +21,7 @@ fn jwt_dir() -> PathBuf {
 }
 
 fn sample_body() -> Value {
-    serde_json::from_slice(&std::fs::read(jwt_dir().join("sample_request_body.json")).unwrap())
-        .unwrap()
+    serde_json::from_slice(&std::fs::read(jwt_dir().join("sample_request_body.json")).unwrap()).unwrap()
 }
 
 /// The published JWKS with only the keys whose kid is in `kids`.
@@ -39,10 +38,8 @@ fn jwks_with(kids: &[&str]) -> String {
 /// Sign claims with one of the TEST_ONLY keys of the vectors folder.
 fn sign(key: &str, kid: &str, claims: &Value) -> String {
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
-    let pem = std::fs::read(jwt_dir().join(format!(
-        "test_only_private_keys/TEST_ONLY_{key}.private.pem"
-    )))
-    .unwrap();
+    let pem =
+        std::fs::read(jwt_dir().join(format!("test_only_private_keys/TEST_ONLY_{key}.private.pem"))).unwrap();
     let (algorithm, encoding) = match key {
         "es256-1" => (Algorithm::ES256, EncodingKey::from_ec_pem(&pem).unwrap()),
         "eddsa-1" => (Algorithm::EdDSA, EncodingKey::from_ed_pem(&pem).unwrap()),
@@ -121,8 +118,7 @@ fn send(method: &str, url: &str, token: Option<&str>, content_type: &str, body: 
     let retry_after = header("retry-after");
     let content_type = header("content-type").unwrap_or_default();
     let text = response.body_mut().read_to_string().unwrap_or_default();
-    let body =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {text:?}"));
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {text:?}"));
     Reply {
         status: response.status().as_u16(),
         retry_after,
@@ -232,11 +228,7 @@ impl JwksServer {
                 );
             }
         });
-        JwksServer {
-            port,
-            body,
-            fetches,
-        }
+        JwksServer { port, body, fetches }
     }
 
     fn url(&self) -> String {
@@ -287,20 +279,18 @@ impl StreamServer {
             while let Ok((socket, _)) = listener.accept().await {
                 let (sink, auth) = (sink.clone(), auth.clone());
                 tokio::spawn(async move {
-                    let callback =
-                        |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
-                         response| {
-                            let value = request
-                                .headers()
-                                .get("authorization")
-                                .and_then(|v| v.to_str().ok())
-                                .unwrap_or("")
-                                .to_string();
-                            auth.lock().unwrap().push(value);
-                            Ok(response)
-                        };
-                    let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(socket, callback).await
-                    else {
+                    let callback = |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                                    response| {
+                        let value = request
+                            .headers()
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string();
+                        auth.lock().unwrap().push(value);
+                        Ok(response)
+                    };
+                    let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(socket, callback).await else {
                         return;
                     };
                     while let Some(Ok(message)) = ws.next().await {
@@ -333,8 +323,7 @@ impl StreamServer {
 
     fn restart(&mut self) {
         self.stop();
-        let next =
-            Self::start_collecting(self.port, self.events.clone(), self.authorization.clone());
+        let next = Self::start_collecting(self.port, self.events.clone(), self.authorization.clone());
         *self = next;
     }
 
@@ -351,17 +340,13 @@ impl StreamServer {
 
     /// Wait until the round's final `answer` event has arrived.
     fn wait_round(&self, match_id: &str, round: u64, limit: Duration) -> Vec<Value> {
-        wait_until(
-            &format!("the events of {match_id} round {round}"),
-            limit,
-            || {
-                let events = self.round(match_id, round);
-                events
-                    .iter()
-                    .any(|e| e["type"] == "answer" || e["type"] == "error")
-                    .then_some(events)
-            },
-        )
+        wait_until(&format!("the events of {match_id} round {round}"), limit, || {
+            let events = self.round(match_id, round);
+            events
+                .iter()
+                .any(|e| e["type"] == "answer" || e["type"] == "error")
+                .then_some(events)
+        })
     }
 }
 
@@ -438,11 +423,7 @@ fn key_rotation_is_picked_up_from_the_jwks_server_without_a_restart() {
     let match_id = body["match_id"].as_str().unwrap().to_string();
     assert_eq!(post_task(&node, &rs256_token(&match_id), &body).status, 200);
     let es256 = sign("es256-1", "agora-test-es256-1", &claims(&match_id));
-    assert_error(
-        &post_task(&node, &es256, &body),
-        401,
-        "key not yet published",
-    );
+    assert_error(&post_task(&node, &es256, &body), 401, "key not yet published");
 
     // The arena rotates: the EC key replaces the RSA key.
     jwks.serve(jwks_with(&["agora-test-es256-1"]));
@@ -495,11 +476,7 @@ fn a_token_is_bound_to_its_match_and_to_this_agent() {
         "agora-test-eddsa-1",
         &json!({"agent_id": "ag_other", "match_id": "m_one", "exp": FUTURE}),
     );
-    let reply = post_task(
-        &node,
-        &other_agent,
-        &trivia("m_one", 1, question.0, &question.1),
-    );
+    let reply = post_task(&node, &other_agent, &trivia("m_one", 1, question.0, &question.1));
     assert_error(&reply, 401, "token of another agent");
 }
 
@@ -567,17 +544,11 @@ fn a_test_arena_drives_a_match_and_watches_its_events() {
         let response = &events[position("tool_response")];
         assert_eq!(response["result"]["answer"], *expected);
         assert!(response["duration_ms"].is_u64());
-        assert_eq!(
-            events[position("spawn_subagent")]["name"],
-            "knowledge_retriever"
-        );
+        assert_eq!(events[position("spawn_subagent")]["name"], "knowledge_retriever");
         assert!(events[position("intermediate_result")]["data"]["scores"].is_array());
         let answer = events.last().unwrap();
         assert_eq!(answer["final"], true);
-        assert_eq!(
-            answer["value"], body["answer"],
-            "same value as the HTTP answer"
-        );
+        assert_eq!(answer["value"], body["answer"], "same value as the HTTP answer");
     }
     assert!(
         stream
@@ -594,12 +565,7 @@ fn a_test_arena_drives_a_match_and_watches_its_events() {
     let events = stream.wait_round(match_id, 4, Duration::from_secs(20));
     let error = events.iter().find(|e| e["type"] == "error").unwrap();
     assert_eq!(error["fatal"], true);
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap()
-            .contains("fails on purpose")
-    );
+    assert!(error["message"].as_str().unwrap().contains("fails on purpose"));
 }
 
 #[test]
@@ -634,34 +600,19 @@ fn the_stream_drops_its_oldest_events_when_down_and_resumes_when_back() {
 
     let stream = StreamServer::start(port);
     let events = stream.wait_round(match_id, 1, Duration::from_secs(40));
-    let messages: Vec<&str> = events
-        .iter()
-        .filter_map(|e| e["message"].as_str())
-        .collect();
-    assert_eq!(
-        messages,
-        ["step 17", "step 18", "step 19"],
-        "the newest survive"
-    );
+    let messages: Vec<&str> = events.iter().filter_map(|e| e["message"].as_str()).collect();
+    assert_eq!(messages, ["step 17", "step 18", "step 19"], "the newest survive");
     assert_eq!(types(&events).last(), Some(&"answer"));
 
     // Down again, and back up: tasks never fail, the stream resumes.
     let mut stream = stream;
     stream.stop();
     for round in 2..=4 {
-        let reply = post_task(
-            &node,
-            &token,
-            &slow(match_id, round, json!({"events": 1}), 10.0),
-        );
+        let reply = post_task(&node, &token, &slow(match_id, round, json!({"events": 1}), 10.0));
         assert_eq!(reply.status, 200, "{}", reply.body);
     }
     stream.restart();
-    let reply = post_task(
-        &node,
-        &token,
-        &slow(match_id, 5, json!({"events": 2}), 10.0),
-    );
+    let reply = post_task(&node, &token, &slow(match_id, 5, json!({"events": 2}), 10.0));
     assert_eq!(reply.status, 200);
     let events = stream.wait_round(match_id, 5, Duration::from_secs(40));
     assert_eq!(types(&events), ["thinking", "thinking", "answer"]);
@@ -683,15 +634,7 @@ fn tasks_above_max_concurrent_are_refused_with_503_and_retry_after() {
         .map(|round| {
             let (url, token) = (url.clone(), token.clone());
             let body = slow("m_busy", round, json!({"spin_ms": 6000}), 20.0).to_string();
-            std::thread::spawn(move || {
-                send(
-                    "POST",
-                    &url,
-                    Some(&token),
-                    "application/json",
-                    body.as_bytes(),
-                )
-            })
+            std::thread::spawn(move || send("POST", &url, Some(&token), "application/json", body.as_bytes()))
         })
         .collect();
     wait_until("two tasks in flight", Duration::from_secs(20), || {
@@ -723,21 +666,12 @@ fn a_plugin_over_the_time_limit_is_cancelled_with_408() {
         ],
     );
     let token = rs256_token("m_slow");
-    let reply = post_task(
-        &node,
-        &token,
-        &slow("m_slow", 1, json!({"spin_ms": 50_000}), 1.0),
-    );
+    let reply = post_task(&node, &token, &slow("m_slow", 1, json!({"spin_ms": 50_000}), 1.0));
     assert_error(&reply, 408, "time limit");
     let reply = post_task(
         &node,
         &token,
-        &trivia(
-            "m_slow",
-            2,
-            "What is the capital of Japan?",
-            &["Kyoto", "Tokyo"],
-        ),
+        &trivia("m_slow", 2, "What is the capital of Japan?", &["Kyoto", "Tokyo"]),
     );
     assert_eq!(
         reply.status, 200,
@@ -790,12 +724,7 @@ fn every_error_reply_is_json_with_its_status() {
     let node = node_with(&["trivia", "fixture-slow-league"], &[jwks_file_env()]);
     let token = rs256_token("m_errors");
     let url = node.url("/arena");
-    let good = trivia(
-        "m_errors",
-        1,
-        "What is the capital of Peru?",
-        &["Lima", "Cusco"],
-    );
+    let good = trivia("m_errors", 1, "What is the capital of Peru?", &["Lima", "Cusco"]);
 
     let mut unknown = good.clone();
     unknown["league"] = json!("chess");
@@ -816,22 +745,14 @@ fn every_error_reply_is_json_with_its_status() {
     assert_error(&post_task(&node, &token, &no_task), 400, "no task");
     let mut bad_limit = good.clone();
     bad_limit["time_limit_seconds"] = json!(-3);
-    assert_error(
-        &post_task(&node, &token, &bad_limit),
-        400,
-        "negative time limit",
-    );
+    assert_error(&post_task(&node, &token, &bad_limit), 400, "negative time limit");
     let huge = vec![b' '; 2 << 20];
     assert_error(
         &send("POST", &url, Some(&token), "application/json", &huge),
         413,
         "body too large",
     );
-    assert_error(
-        &send("GET", &url, None, "", b""),
-        405,
-        "GET on the task path",
-    );
+    assert_error(&send("GET", &url, None, "", b""), 405, "GET on the task path");
     let reply = post_task(&node, &token, &good);
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body["answer"], "Lima");

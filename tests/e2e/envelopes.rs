@@ -87,11 +87,7 @@ impl Reply {
         assert_eq!(self.kind(), "ERROR", "{what}: {}", self.envelope);
         assert_eq!(self.payload()["code"], code, "{what}: {}", self.envelope);
         assert_eq!(self.status, code, "{what}: HTTP status");
-        assert!(
-            self.payload()["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty())
-        );
+        assert!(self.payload()["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
 }
 
@@ -174,10 +170,7 @@ fn hello_request_offer_accept_result_and_status_over_http() {
     let node = start(TestNode::builder());
     let alice = Agent::new();
     let (did, welcome) = hello(&node, &alice);
-    assert!(
-        node.log_text().contains(&did),
-        "the did is logged at start-up"
-    );
+    assert!(node.log_text().contains(&did), "the did is logged at start-up");
     let resources = welcome["payload"]["resources"].as_array().unwrap();
     let primes = resources
         .iter()
@@ -214,11 +207,7 @@ fn hello_request_offer_accept_result_and_status_over_http() {
     let offer = send(&node, &request, &did);
     assert_eq!(offer.kind(), "OFFER", "{}", offer.envelope);
     assert_eq!(offer.payload()["request_id"], request_id.as_str());
-    assert_eq!(
-        offer.payload()["cost"].as_f64(),
-        Some(6.0),
-        "1 + 50000/10000"
-    );
+    assert_eq!(offer.payload()["cost"].as_f64(), Some(6.0), "1 + 50000/10000");
     assert!(offer.payload()["ttl"].as_u64().unwrap() > 0);
     assert!(offer.payload()["eta"].as_u64().is_some());
     assert_eq!(status_of(&node, &alice, &did, &request_id), "NEGOTIATING");
@@ -247,10 +236,7 @@ fn hello_request_offer_accept_result_and_status_over_http() {
     );
 
     // Unknown resource: 404 naming the request.
-    let request = alice.envelope(
-        "REQUEST",
-        json!({"resource": "agora:nothing:v1", "params": {}}),
-    );
+    let request = alice.envelope("REQUEST", json!({"resource": "agora:nothing:v1", "params": {}}));
     let reply = send(&node, &request, &did);
     reply.assert_error(404, "unknown resource");
     assert_eq!(reply.payload()["request_id"], request["id"]);
@@ -391,8 +377,7 @@ fn expired_offers_and_overload_are_refused() {
     let slow_id = slow["id"].as_str().unwrap().to_string();
     let url = node.url("/envelopes");
     let body = slow.to_string();
-    let running =
-        std::thread::spawn(move || support::post(&url, "application/json", body.as_bytes()));
+    let running = std::thread::spawn(move || support::post(&url, "application/json", body.as_bytes()));
     // STATUS takes no slot: wait until the slow request is known to be running.
     loop {
         let reply = send(
@@ -449,8 +434,7 @@ fn signatures_timestamps_and_envelope_shape_are_enforced() {
         .decode(flipped["sender"]["signature"].as_str().unwrap())
         .unwrap();
     bytes[10] ^= 1;
-    flipped["sender"]["signature"] =
-        json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes));
+    flipped["sender"]["signature"] = json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes));
     send(&node, &flipped, &did).assert_error(401, "flipped bit");
 
     // Key mismatch: signed by Alice, claiming to be Bob.
@@ -467,16 +451,12 @@ fn signatures_timestamps_and_envelope_shape_are_enforced() {
 
     // Missing and empty signatures.
     let mut missing = request(&alice);
-    missing["sender"]
-        .as_object_mut()
-        .unwrap()
-        .remove("signature");
+    missing["sender"].as_object_mut().unwrap().remove("signature");
     send(&node, &missing, &did).assert_error(401, "missing signature");
     send(&node, &request(&alice), &did).assert_error(401, "empty signature");
     // Truncated signature and a sender id that is not an Ed25519 key.
     let mut truncated = alice.sign(request(&alice));
-    truncated["sender"]["signature"] =
-        json!(&truncated["sender"]["signature"].as_str().unwrap()[..40]);
+    truncated["sender"]["signature"] = json!(&truncated["sender"]["signature"].as_str().unwrap()[..40]);
     send(&node, &truncated, &did).assert_error(401, "truncated signature");
     let mut secp = request(&alice);
     secp["sender"]["id"] = json!("did:key:zQ3shMYdM8Kuh6LHsfSkGi2tUnnX1e4u286ZN1qzm8wcrk3zh");
@@ -484,19 +464,11 @@ fn signatures_timestamps_and_envelope_shape_are_enforced() {
 
     // Both signature variants, a padded signature and a raw-key sender are accepted.
     let removed = alice.sign_removed_variant(request(&alice));
-    assert_eq!(
-        send(&node, &removed, &did).kind(),
-        "RESULT",
-        "removed variant"
-    );
+    assert_eq!(send(&node, &removed, &did).kind(), "RESULT", "removed variant");
     let mut padded = alice.sign(request(&alice));
     let signature = padded["sender"]["signature"].as_str().unwrap().to_string();
     padded["sender"]["signature"] = json!(format!("{signature}=="));
-    assert_eq!(
-        send(&node, &padded, &did).kind(),
-        "RESULT",
-        "padded signature"
-    );
+    assert_eq!(send(&node, &padded, &did).kind(), "RESULT", "padded signature");
     let raw = Agent::raw();
     assert_eq!(
         send(&node, &raw.sign(request(&raw)), &did).kind(),
@@ -522,11 +494,7 @@ fn signatures_timestamps_and_envelope_shape_are_enforced() {
     assert_eq!(reply.kind(), "RESULT", "{}", reply.envelope);
     assert_eq!(reply.payload()["data"]["sum"], 10015.0);
     // A duplicate member is refused before anything else (I-JSON).
-    let duplicated = text.replacen(
-        r#""type":"REQUEST","#,
-        r#""type":"REQUEST","type":"HELLO","#,
-        1,
-    );
+    let duplicated = text.replacen(r#""type":"REQUEST","#, r#""type":"REQUEST","type":"HELLO","#, 1);
     post_raw(&node, "application/json", duplicated.as_bytes(), Some(&did))
         .assert_error(400, "duplicate member");
 
@@ -543,8 +511,7 @@ fn signatures_timestamps_and_envelope_shape_are_enforced() {
     assert_eq!(send(&node, &alice.sign(draft), &did).kind(), "RESULT");
 
     // Malformed JSON, wrong protocol, unknown type, wrong shapes, wrong media type.
-    post_raw(&node, "application/json", b"{\"protocol\": ", Some(&did))
-        .assert_error(400, "malformed JSON");
+    post_raw(&node, "application/json", b"{\"protocol\": ", Some(&did)).assert_error(400, "malformed JSON");
     post_raw(&node, "application/json", b"[1,2]", Some(&did)).assert_error(400, "not an object");
     post_raw(
         &node,
@@ -557,23 +524,15 @@ fn signatures_timestamps_and_envelope_shape_are_enforced() {
     wrong_protocol["protocol"] = json!("agora/0.9");
     send(&node, &alice.sign(wrong_protocol), &did).assert_error(400, "wrong protocol");
     send(&node, &alice.envelope("GOSSIP", json!({})), &did).assert_error(400, "unknown type");
-    send(&node, &alice.envelope("RESULT", json!({})), &did)
-        .assert_error(400, "type the node does not take");
+    send(&node, &alice.envelope("RESULT", json!({})), &did).assert_error(400, "type the node does not take");
     let mut no_payload = request(&alice);
     no_payload["payload"] = json!("text");
     send(&node, &alice.sign(no_payload), &did).assert_error(400, "payload not an object");
-    let reply = send(
-        &node,
-        &alice.envelope("REQUEST", json!({"params": {}})),
-        &did,
-    );
+    let reply = send(&node, &alice.envelope("REQUEST", json!({"params": {}})), &did);
     reply.assert_error(400, "REQUEST without resource");
     let reply = send(
         &node,
-        &alice.envelope(
-            "REQUEST",
-            json!({"resource": "agora:sum:v1", "timeout": -5}),
-        ),
+        &alice.envelope("REQUEST", json!({"resource": "agora:sum:v1", "timeout": -5})),
         &did,
     );
     reply.assert_error(400, "negative timeout");
@@ -618,10 +577,7 @@ fn replayed_envelopes_are_refused_even_after_a_restart() {
     }
     let node = start(TestNode::builder().data_dir(dir.path()));
     let (did_after, _) = hello(&node, &alice);
-    assert_eq!(
-        did_after, did,
-        "the node keeps its identity across restarts"
-    );
+    assert_eq!(did_after, did, "the node keeps its identity across restarts");
     send(&node, &request, &did).assert_error(401, "replay after restart");
 }
 
@@ -664,8 +620,7 @@ fn allow_list_and_per_sender_rate_limit() {
     );
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn next_envelope(socket: &mut Socket, did: &str) -> Value {
     loop {
@@ -742,10 +697,7 @@ fn websocket_binding_carries_the_loop_and_pushes_long_results() {
         assert_eq!(result["payload"]["data"]["count"], 148933);
 
         // Errors are signed ERROR frames and the socket stays usable.
-        socket
-            .send(Message::Text("{not json".into()))
-            .await
-            .unwrap();
+        socket.send(Message::Text("{not json".into())).await.unwrap();
         let error = next_envelope(&mut socket, &did).await;
         assert_eq!(error["type"], "ERROR");
         assert_eq!(error["payload"]["code"], 400);
@@ -813,10 +765,7 @@ fn python_peer_with_cryptography_and_rfc8785_interoperates() {
     assert_eq!(step("direct")["type"], "RESULT");
     assert_eq!(step("direct")["payload"]["data"]["sum"], 6.5);
     assert_eq!(step("request_negotiated")["type"], "OFFER");
-    assert_eq!(
-        step("request_negotiated")["payload"]["cost"].as_f64(),
-        Some(2.0)
-    );
+    assert_eq!(step("request_negotiated")["payload"]["cost"].as_f64(), Some(2.0));
     let accept = step("accept_removed_variant");
     assert_eq!(
         accept["type"], "RESULT",

@@ -62,7 +62,8 @@ impl Client {
     }
 
     async fn approve(&mut self, approval_id: &str, approved: bool, feedback: Option<&str>) {
-        let mut frame = json!({"type": "tool_approval_response", "approval_id": approval_id, "approved": approved});
+        let mut frame =
+            json!({"type": "tool_approval_response", "approval_id": approval_id, "approved": approved});
         if let Some(feedback) = feedback {
             frame["feedback"] = json!(feedback);
         }
@@ -108,10 +109,7 @@ impl Client {
 
     async fn error(&mut self) -> Value {
         let frame = self.next().await;
-        assert_eq!(
-            frame["type"], "error",
-            "expected an error frame, got {frame}"
-        );
+        assert_eq!(frame["type"], "error", "expected an error frame, got {frame}");
         frame
     }
 }
@@ -139,17 +137,10 @@ fn streamed_text(frames: &[Value]) -> String {
     assert!(message_id.as_str().is_some_and(|id| !id.is_empty()));
     for (i, chunk) in chunks.iter().enumerate() {
         assert_eq!(&chunk["message_id"], message_id);
-        assert_eq!(
-            chunk["is_final"],
-            i + 1 == chunks.len(),
-            "is_final of chunk {i}"
-        );
+        assert_eq!(chunk["is_final"], i + 1 == chunks.len(), "is_final of chunk {i}");
         assert!(chunk["session_id"].is_string());
     }
-    chunks
-        .iter()
-        .map(|c| c["content"].as_str().unwrap())
-        .collect()
+    chunks.iter().map(|c| c["content"].as_str().unwrap()).collect()
 }
 
 #[tokio::test]
@@ -181,12 +172,7 @@ async fn flow1_answer_streams_in_chunks_between_thinking_and_completed() {
     assert!(of_type(&frames, "assistant_message_chunk").is_empty());
     let messages = of_type(&frames, "assistant_message");
     assert_eq!(messages.len(), 1);
-    assert!(
-        messages[0]["content"]
-            .as_str()
-            .unwrap()
-            .contains("hello again")
-    );
+    assert!(messages[0]["content"].as_str().unwrap().contains("hello again"));
     assert_eq!(messages[0]["agent_id"], "hai-assistant");
 }
 
@@ -202,19 +188,12 @@ async fn flow2_search_runs_the_low_risk_tool_without_approval() {
     assert!(of_type(&frames, "tool_approval_request").is_empty());
     let routing = position(&frames, |f| f["status"] == "routing");
     let executing = position(&frames, |f| f["status"] == "executing_tools");
-    let started = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "started"
-    });
+    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
     let completed = position(&frames, |f| {
         f["type"] == "tool_call" && f["status"] == "completed"
     });
     let first_chunk = position(&frames, |f| f["type"] == "assistant_message_chunk");
-    assert!(
-        routing < executing
-            && executing < started
-            && started < completed
-            && completed < first_chunk
-    );
+    assert!(routing < executing && executing < started && started < completed && completed < first_chunk);
     let (start, done) = (&frames[started], &frames[completed]);
     assert_eq!(start["tool_name"], "search_regulations");
     assert_eq!(
@@ -237,9 +216,7 @@ async fn flow2_search_runs_the_low_risk_tool_without_approval() {
     // A search the tool refuses: a failed tool_call and a tool_execution_failed error, then an answer.
     client.say(&session, "search").await;
     let frames = client.turn().await;
-    let failed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "failed"
-    });
+    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
     assert!(
         frames[failed]["result"]
             .as_str()
@@ -252,11 +229,7 @@ async fn flow2_search_runs_the_low_risk_tool_without_approval() {
     assert!(streamed_text(&frames).contains("could not search"));
 }
 
-async fn request_report(
-    client: &mut Client,
-    session: &str,
-    inspection: &str,
-) -> (Vec<Value>, Value) {
+async fn request_report(client: &mut Client, session: &str, inspection: &str) -> (Vec<Value>, Value) {
     client
         .say(
             session,
@@ -290,12 +263,7 @@ async fn flow3_report_needs_approval_and_honours_rejection_with_feedback() {
             .unwrap()
             .contains("stored permanently")
     );
-    assert!(
-        request["reasoning"]
-            .as_str()
-            .unwrap()
-            .contains("INS-2024-007")
-    );
+    assert!(request["reasoning"].as_str().unwrap().contains("INS-2024-007"));
     let approval_id = request["approval_id"].as_str().unwrap().to_string();
     client
         .approve(
@@ -305,17 +273,12 @@ async fn flow3_report_needs_approval_and_honours_rejection_with_feedback() {
         )
         .await;
     let frames = client.turn().await;
-    let started = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "started"
-    });
+    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
     let completed = position(&frames, |f| {
         f["type"] == "tool_call" && f["status"] == "completed"
     });
     assert!(started < completed);
-    assert_eq!(
-        frames[completed]["metadata"]["approval_id"],
-        approval_id.as_str()
-    );
+    assert_eq!(frames[completed]["metadata"]["approval_id"], approval_id.as_str());
     assert!(
         frames[completed]["result"]
             .as_str()
@@ -350,17 +313,10 @@ async fn flow3_report_needs_approval_and_honours_rejection_with_feedback() {
             .any(|f| f["type"] == "tool_call" && f["status"] == "started"),
         "a rejected tool never starts: {frames:#?}"
     );
-    let failed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "failed"
-    });
-    assert_eq!(
-        frames[failed]["metadata"]["approval_id"],
-        approval_id.as_str()
-    );
+    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
+    assert_eq!(frames[failed]["metadata"]["approval_id"], approval_id.as_str());
     assert!(
-        !frames
-            .iter()
-            .any(|f| f["error_code"] == "tool_execution_failed"),
+        !frames.iter().any(|f| f["error_code"] == "tool_execution_failed"),
         "a rejection is not a tool failure"
     );
     let text = streamed_text(&frames);
@@ -411,10 +367,7 @@ async fn flow4_moderation_refuses_a_message_and_the_rephrased_one_is_answered() 
     // The refused messages never reached the assistant or the history.
     client.say(&session, "what did I say first?").await;
     let text = streamed_text(&client.turn().await);
-    assert!(
-        text.contains("The fridge is warm, I am darning socks"),
-        "{text}"
-    );
+    assert!(text.contains("The fridge is warm, I am darning socks"), "{text}");
 }
 
 #[tokio::test]
@@ -439,9 +392,7 @@ async fn bad_frames_get_error_frames_and_the_connection_stays_usable() {
         .send(json!({"type": "user_message", "content": 42, "session_id": session}))
         .await;
     assert_eq!(client.error().await["error_code"], "invalid_message");
-    client
-        .send(json!({"type": "status", "status": "thinking"}))
-        .await;
+    client.send(json!({"type": "status", "status": "thinking"})).await;
     assert_eq!(client.error().await["error_code"], "invalid_message");
     client
         .socket
@@ -462,8 +413,7 @@ async fn bad_frames_get_error_frames_and_the_connection_stays_usable() {
     assert!(!streamed_text(&frames).is_empty());
 
     // A frame over hai.max_frame_bytes closes the connection (1009); the node serves the next one.
-    let huge =
-        json!({"type": "user_message", "content": "z".repeat(100_000), "session_id": session});
+    let huge = json!({"type": "user_message", "content": "z".repeat(100_000), "session_id": session});
     client.send(huge).await;
     let closed = loop {
         match tokio::time::timeout(FRAME_WAIT, client.socket.next())
@@ -509,18 +459,14 @@ async fn sessions_are_isolated_and_every_connection_of_a_session_sees_its_frames
     assert!(frames.iter().all(|f| f["session_id"] == b.as_str()));
     b1.say(&b, "what did I say first?").await;
     let text = streamed_text(&b1.turn().await);
-    assert!(
-        text.contains("Bravo says") && !text.contains("Alpha"),
-        "{text}"
-    );
+    assert!(text.contains("Bravo says") && !text.contains("Alpha"), "{text}");
 
     // A connection belongs to one session.
     b1.say(&a, "let me into A").await;
     assert_eq!(b1.error().await["error_code"], "invalid_session");
 
     // An approval of session A cannot be answered from session B, but from another connection of A.
-    a1.say(&a, "Please generate the report for INS-2025-042")
-        .await;
+    a1.say(&a, "Please generate the report for INS-2025-042").await;
     let request = a1
         .until(|f| f["type"] == "tool_approval_request")
         .await
@@ -547,10 +493,7 @@ async fn sessions_are_isolated_and_every_connection_of_a_session_sees_its_frames
         .filter(|e| e["role"] == "user")
         .map(|e| e["body"]["content"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        users,
-        ["Bravo says: hot holding first", "what did I say first?"]
-    );
+    assert_eq!(users, ["Bravo says: hot holding first", "what did I say first?"]);
 }
 
 #[tokio::test]
@@ -587,14 +530,7 @@ async fn history_survives_reconnects_and_node_restarts() {
         .collect();
     assert_eq!(
         roles,
-        [
-            "user",
-            "assistant",
-            "user",
-            "assistant",
-            "user",
-            "assistant"
-        ]
+        ["user", "assistant", "user", "assistant", "user", "assistant"]
     );
 }
 
@@ -626,9 +562,7 @@ async fn rate_limit_is_per_session_and_leaves_the_connection_usable() {
 
 #[tokio::test]
 async fn an_unanswered_approval_times_out_and_the_tool_does_not_run() {
-    let node = builder()
-        .env("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "1500")
-        .start();
+    let node = builder().env("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "1500").start();
     let session = session_id("timeout");
     let mut client = Client::connect(&node).await;
     let (_, request) = request_report(&mut client, &session, "INS-2024-009").await;
@@ -639,13 +573,8 @@ async fn an_unanswered_approval_times_out_and_the_tool_does_not_run() {
             .iter()
             .any(|f| f["type"] == "tool_call" && f["status"] == "started")
     );
-    let failed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "failed"
-    });
-    assert_eq!(
-        frames[failed]["metadata"]["approval_id"],
-        approval_id.as_str()
-    );
+    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
+    assert_eq!(frames[failed]["metadata"]["approval_id"], approval_id.as_str());
     assert!(streamed_text(&frames).contains("nobody approved it in time"));
     client.approve(&approval_id, true, None).await;
     assert_eq!(client.error().await["error_code"], "unknown_approval");

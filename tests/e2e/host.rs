@@ -22,34 +22,55 @@ fn document_hash(text: &str) -> String {
         })
         .output()
         .unwrap();
-    String::from_utf8(output.stdout).unwrap().lines().next().unwrap().to_string()
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// The protocol documents of the fixtures, as their manifests carry them.
 fn versioned_hash() -> String {
-    document_hash("name: Versioned fixture\ndescription: reports its build marker\nmultiround: false\n---\nAnswers {\"version\": marker}.\n")
+    document_hash(
+        "name: Versioned fixture\ndescription: reports its build marker\nmultiround: false\n---\nAnswers {\"version\": marker}.\n",
+    )
 }
 
 fn hostile_hash() -> String {
-    document_hash("name: Hostile fixture\ndescription: misbehaves on request\nmultiround: false\n---\nbody: \"loop\" | \"memory\" | \"trap\" | \"panic\" | \"huge-output\" | \"emit-flood\" | \"ok\"\n")
+    document_hash(
+        "name: Hostile fixture\ndescription: misbehaves on request\nmultiround: false\n---\nbody: \"loop\" | \"memory\" | \"trap\" | \"panic\" | \"huge-output\" | \"emit-flood\" | \"ok\"\n",
+    )
 }
 
 fn converter_hash() -> String {
-    document_hash(&std::fs::read_to_string(support::repo_root().join("protocols/unit-conversion.md")).unwrap())
+    document_hash(
+        &std::fs::read_to_string(support::repo_root().join("protocols/unit-conversion.md")).unwrap(),
+    )
 }
 
 /// The versioned fixture with its marker rewritten to `version`.
 fn versioned_build(version: u32) -> Vec<u8> {
     let mut bytes = std::fs::read(support::plugin_wasm("fixture-versioned")).unwrap();
-    let at = bytes.windows(MARKER.len()).position(|w| w == MARKER).expect("marker present in the fixture");
-    assert_eq!(bytes.windows(MARKER.len()).filter(|w| *w == MARKER).count(), 1, "marker must be unique");
+    let at = bytes
+        .windows(MARKER.len())
+        .position(|w| w == MARKER)
+        .expect("marker present in the fixture");
+    assert_eq!(
+        bytes.windows(MARKER.len()).filter(|w| *w == MARKER).count(),
+        1,
+        "marker must be unique"
+    );
     let replacement = format!("AGORA-VERSION-MARKER-{version:011}");
     bytes[at..at + MARKER.len()].copy_from_slice(replacement.as_bytes());
     bytes
 }
 
 fn ask_version(node: &TestNode, hash: &str) -> Result<String, String> {
-    let reply = post_json(&node.url("/agora"), &json!({"protocolHash": hash, "body": "which version?"}));
+    let reply = post_json(
+        &node.url("/agora"),
+        &json!({"protocolHash": hash, "body": "which version?"}),
+    );
     if reply.status != 200 {
         return Err(format!("HTTP {}: {}", reply.status, reply.body));
     }
@@ -73,7 +94,13 @@ fn hot_reload_under_load_fails_no_request_and_serves_each_new_version() {
     let node = Arc::new(node);
     let clients: Vec<_> = (0..4)
         .map(|_| {
-            let (node, hash, stop, failures, served) = (node.clone(), hash.clone(), stop.clone(), failures.clone(), served.clone());
+            let (node, hash, stop, failures, served) = (
+                node.clone(),
+                hash.clone(),
+                stop.clone(),
+                failures.clone(),
+                served.clone(),
+            );
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match ask_version(&node, &hash) {
@@ -95,7 +122,11 @@ fn hot_reload_under_load_fails_no_request_and_serves_each_new_version() {
             if ask_version(&node, &hash).ok().as_deref() == Some(expected.as_str()) {
                 break;
             }
-            assert!(Instant::now() < deadline, "version {version} never served; log:\n{}", node.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "version {version} never served; log:\n{}",
+                node.log_text()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -104,7 +135,12 @@ fn hot_reload_under_load_fails_no_request_and_serves_each_new_version() {
         client.join().unwrap();
     }
     let failures = failures.lock();
-    assert!(failures.is_empty(), "{} failed requests during reloads, first: {:?}", failures.len(), failures.first());
+    assert!(
+        failures.is_empty(),
+        "{} failed requests during reloads, first: {:?}",
+        failures.len(),
+        failures.first()
+    );
     assert!(served.load(Ordering::Relaxed) > 100, "the load loop barely ran");
 }
 
@@ -113,19 +149,44 @@ fn a_broken_plugin_keeps_the_old_version_and_deleting_withdraws_routes() {
     let node = TestNode::builder().plugin("unit-converter").start();
     let hash = converter_hash();
     let request = json!({"protocolHash": hash, "body": {"value": 1, "from": "km", "to": "m"}});
-    assert_eq!(post_json(&node.url("/agora"), &request).json()["body"]["value"], 1000.0);
+    assert_eq!(
+        post_json(&node.url("/agora"), &request).json()["body"]["value"],
+        1000.0
+    );
 
     // Overwrite the plugin with something that is not a component.
-    support::install_bytes(&node.plugins_dir, "unit-converter", b"\0asm this is not a component");
+    support::install_bytes(
+        &node.plugins_dir,
+        "unit-converter",
+        b"\0asm this is not a component",
+    );
     let health = node.wait_for_health("the load error", |h| {
-        h["plugins"].as_array().unwrap().iter().any(|p| p["error"].is_string())
+        h["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["error"].is_string())
     });
     assert_eq!(health["status"], "degraded");
     let entry = &health["plugins"][0];
-    assert!(entry["error"].as_str().unwrap().contains("unit-converter.wasm"), "{entry}");
-    assert_eq!(entry["name"], "unit-converter", "the previous version is still listed as serving");
-    assert_eq!(post_json(&node.url("/agora"), &request).json()["body"]["value"], 1000.0);
-    assert!(support::get(&node.url("/agora/wellknown")).json().get(&hash).is_some());
+    assert!(
+        entry["error"].as_str().unwrap().contains("unit-converter.wasm"),
+        "{entry}"
+    );
+    assert_eq!(
+        entry["name"], "unit-converter",
+        "the previous version is still listed as serving"
+    );
+    assert_eq!(
+        post_json(&node.url("/agora"), &request).json()["body"]["value"],
+        1000.0
+    );
+    assert!(
+        support::get(&node.url("/agora/wellknown"))
+            .json()
+            .get(&hash)
+            .is_some()
+    );
 
     // A good version clears the error.
     support::install_plugin(&node.plugins_dir, "unit-converter");
@@ -133,9 +194,14 @@ fn a_broken_plugin_keeps_the_old_version_and_deleting_withdraws_routes() {
 
     // Deleting the file withdraws both the route and the /wellknown entry.
     std::fs::remove_file(node.plugins_dir.join("unit-converter.wasm")).unwrap();
-    node.wait_for_health("the plugin to be withdrawn", |h| h["plugins"].as_array().unwrap().is_empty());
+    node.wait_for_health("the plugin to be withdrawn", |h| {
+        h["plugins"].as_array().unwrap().is_empty()
+    });
     let reply = post_json(&node.url("/agora"), &request).json();
-    assert_eq!(reply, json!({"status": "failure", "error": "Unsupported protocol"}));
+    assert_eq!(
+        reply,
+        json!({"status": "failure", "error": "Unsupported protocol"})
+    );
     assert_eq!(support::get(&node.url("/agora/wellknown")).json(), json!({}));
 }
 
@@ -152,10 +218,19 @@ fn two_plugins_claiming_one_route_is_an_error_naming_both() {
         .find_map(|p| p["error"].as_str())
         .unwrap()
         .to_string();
-    assert!(error.contains("unit-converter.wasm") && error.contains("zz-converter-copy.wasm"), "{error}");
-    assert!(error.contains("claimed by both") || error.contains("used by both"), "{error}");
+    assert!(
+        error.contains("unit-converter.wasm") && error.contains("zz-converter-copy.wasm"),
+        "{error}"
+    );
+    assert!(
+        error.contains("claimed by both") || error.contains("used by both"),
+        "{error}"
+    );
     // The plugin that was there first keeps serving.
-    let reply = post_json(&node.url("/agora"), &json!({"protocolHash": converter_hash(), "body": {"value": 2, "from": "kg", "to": "g"}}));
+    let reply = post_json(
+        &node.url("/agora"),
+        &json!({"protocolHash": converter_hash(), "body": {"value": 2, "from": "kg", "to": "g"}}),
+    );
     assert_eq!(reply.json()["body"]["value"], 2000.0);
 }
 
@@ -178,22 +253,54 @@ fn hostile_plugins_fail_only_their_own_request() {
     ];
     for (behaviour, expected) in cases {
         let started = Instant::now();
-        let reply = post_json(&node.url("/agora"), &json!({"protocolHash": hostile, "body": behaviour}));
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hostile, "body": behaviour}),
+        );
         assert_eq!(reply.status, 500, "{behaviour}: {}", reply.body);
         let body = reply.json();
         assert_eq!(body["status"], "failure", "{behaviour}: {body}");
-        assert!(body["error"].as_str().unwrap().contains(expected), "{behaviour}: {body}");
-        assert!(started.elapsed() < Duration::from_secs(20), "{behaviour} was not contained");
+        assert!(
+            body["error"].as_str().unwrap().contains(expected),
+            "{behaviour}: {body}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{behaviour} was not contained"
+        );
         // The node and the other plugin keep serving after each.
-        assert_eq!(post_json(&node.url("/agora"), &converter).json()["body"]["value"], 60.0, "after {behaviour}");
+        assert_eq!(
+            post_json(&node.url("/agora"), &converter).json()["body"]["value"],
+            60.0,
+            "after {behaviour}"
+        );
         assert_eq!(support::get(&node.url("/health")).json()["status"], "ok");
     }
     // The hostile plugin itself still serves well-behaved requests.
-    assert_eq!(post_json(&node.url("/agora"), &json!({"protocolHash": hostile, "body": "ok"})).json()["body"], "ok");
+    assert_eq!(
+        post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hostile, "body": "ok"})
+        )
+        .json()["body"],
+        "ok"
+    );
     // Emits with nobody listening are bounded and harmless.
-    assert_eq!(post_json(&node.url("/agora"), &json!({"protocolHash": hostile, "body": "emit-flood"})).json()["body"], "flood stopped");
+    assert_eq!(
+        post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hostile, "body": "emit-flood"})
+        )
+        .json()["body"],
+        "flood stopped"
+    );
     let metrics = support::get(&node.url("/metrics")).body;
-    assert!(metrics.contains("agora_plugin_traps_total{transport=\"agora\",plugin=\"fixture-hostile\",outcome=\"timeout\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains(
+            "agora_plugin_traps_total{transport=\"agora\",plugin=\"fixture-hostile\",outcome=\"timeout\"} 1"
+        ),
+        "{metrics}"
+    );
     assert!(metrics.contains("outcome=\"memory\"} 1"), "{metrics}");
 }
 
@@ -201,18 +308,28 @@ fn hostile_plugins_fail_only_their_own_request() {
 fn conversations_survive_a_crash_and_restart() {
     let data = tempfile::tempdir().unwrap();
     let port = support::free_port();
-    let node = TestNode::builder().data_dir(data.path()).port(port).plugin("unit-converter").start();
+    let node = TestNode::builder()
+        .data_dir(data.path())
+        .port(port)
+        .plugin("unit-converter")
+        .start();
     let hash = converter_hash();
     let started = post_json(
         &node.url("/agora"),
         &json!({"protocolHash": hash, "multiround": true, "body": {"value": 1, "from": "mi", "to": "km"}}),
     )
     .json();
-    let id = started["conversationId"].as_str().expect("a conversation id").to_string();
+    let id = started["conversationId"]
+        .as_str()
+        .expect("a conversation id")
+        .to_string();
     assert!(id.len() >= 22, "ids carry at least 128 bits: {id}");
     node.kill();
     let cached = |dir: &std::path::Path| -> Vec<_> {
-        let mut files: Vec<_> = std::fs::read_dir(dir.join("cache")).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut files: Vec<_> = std::fs::read_dir(dir.join("cache"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         files.sort();
         files
     };
@@ -222,8 +339,16 @@ fn conversations_survive_a_crash_and_restart() {
 
     let node = TestNode::builder().data_dir(data.path()).port(port).start();
     node.wait_for_health("the plugin after restart", |h| has_plugin(h, "unit-converter"));
-    assert_eq!(cached(data.path()), before, "a restart reuses the compiled artifact");
-    assert_eq!(std::fs::metadata(&before[0]).unwrap().modified().unwrap(), modified, "and does not rewrite it");
+    assert_eq!(
+        cached(data.path()),
+        before,
+        "a restart reuses the compiled artifact"
+    );
+    assert_eq!(
+        std::fs::metadata(&before[0]).unwrap().modified().unwrap(),
+        modified,
+        "and does not rewrite it"
+    );
     let reply = post_json(
         &node.url(&format!("/agora/conversations/{id}")),
         &json!({"body": {"value": 2, "from": "mi", "to": "km"}}),
@@ -232,19 +357,29 @@ fn conversations_survive_a_crash_and_restart() {
     let reply = reply.json();
     assert_eq!(reply["conversationId"], id.as_str());
     assert_eq!(reply["conversationExpires"], started["conversationExpires"]);
-    assert_eq!(reply["body"]["value"], 3.21869, "6 significant digits, as the protocol document says");
+    assert_eq!(
+        reply["body"]["value"], 3.21869,
+        "6 significant digits, as the protocol document says"
+    );
 }
 
 #[test]
 fn sigterm_drains_in_flight_requests() {
-    let node = TestNode::builder().plugin("fixture-hostile").env("AGORA_PLUGINS__CALL_TIMEOUT_MS", "1500").start();
+    let node = TestNode::builder()
+        .plugin("fixture-hostile")
+        .env("AGORA_PLUGINS__CALL_TIMEOUT_MS", "1500")
+        .start();
     let url = node.url("/agora");
     let body = json!({"protocolHash": hostile_hash(), "body": "loop"});
     let in_flight = std::thread::spawn(move || post_json(&url, &body));
     std::thread::sleep(Duration::from_millis(300));
     let status = node.stop();
     let reply = in_flight.join().unwrap();
-    assert_eq!(reply.status, 500, "the in-flight request got its answer: {}", reply.body);
+    assert_eq!(
+        reply.status, 500,
+        "the in-flight request got its answer: {}",
+        reply.body
+    );
     assert!(reply.body.contains("execution time"));
     assert!(status.success(), "graceful shutdown exits 0: {status:?}");
 }
@@ -252,7 +387,11 @@ fn sigterm_drains_in_flight_requests() {
 fn run_node_expecting_failure(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"));
-    command.arg("serve").args(args).current_dir(dir.path()).env("AGORA_DATA_DIR", dir.path());
+    command
+        .arg("serve")
+        .args(args)
+        .current_dir(dir.path())
+        .env("AGORA_DATA_DIR", dir.path());
     for (key, value) in env {
         command.env(key, value);
     }
@@ -282,16 +421,32 @@ fn config_layers_apply_in_order_file_env_flag() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("custom.toml");
     let (file_port, env_port, flag_port) = (support::free_port(), support::free_port(), support::free_port());
-    std::fs::write(&file, format!("listen = \"127.0.0.1:{file_port}\"\n[agora]\npath = \"/from-file\"\n")).unwrap();
+    std::fs::write(
+        &file,
+        format!("listen = \"127.0.0.1:{file_port}\"\n[agora]\npath = \"/from-file\"\n"),
+    )
+    .unwrap();
     let file_arg = file.to_str().unwrap();
 
     // File only: its listen address and path.
-    let node = TestNode::builder().arg("--config").arg(file_arg).port(file_port).start_with_file_listen();
-    assert_eq!(support::get(&format!("http://127.0.0.1:{file_port}/from-file/wellknown")).status, 200);
+    let node = TestNode::builder()
+        .arg("--config")
+        .arg(file_arg)
+        .port(file_port)
+        .start_with_file_listen();
+    assert_eq!(
+        support::get(&format!("http://127.0.0.1:{file_port}/from-file/wellknown")).status,
+        200
+    );
     drop(node);
 
     // Environment over file.
-    let node = TestNode::builder().arg("--config").arg(file_arg).env("AGORA_AGORA__PATH", "/from-env").port(env_port).start();
+    let node = TestNode::builder()
+        .arg("--config")
+        .arg(file_arg)
+        .env("AGORA_AGORA__PATH", "/from-env")
+        .port(env_port)
+        .start();
     assert_eq!(support::get(&node.url("/from-env/wellknown")).status, 200);
     assert_eq!(support::get(&node.url("/from-file/wellknown")).status, 404);
     drop(node);
@@ -304,7 +459,10 @@ fn config_layers_apply_in_order_file_env_flag() {
         .arg(&format!("127.0.0.1:{flag_port}"))
         .port(env_port)
         .start_with_file_listen();
-    assert_eq!(support::get(&format!("http://127.0.0.1:{flag_port}/from-file/wellknown")).status, 200);
+    assert_eq!(
+        support::get(&format!("http://127.0.0.1:{flag_port}/from-file/wellknown")).status,
+        200
+    );
     drop(node);
 }
 
@@ -316,10 +474,22 @@ fn scaffolded_plugin_builds_and_loads() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let crate_dir = dir.path().join("demo-echo");
     let build = std::process::Command::new("cargo")
-        .args(["build", "--quiet", "--profile", "release", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--quiet",
+            "--profile",
+            "release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(support::repo_root().join("target/plugins"))
         .current_dir(&crate_dir)
         .status()
@@ -330,7 +500,11 @@ fn scaffolded_plugin_builds_and_loads() {
     support::install_bytes(&node.plugins_dir, "demo-echo", &std::fs::read(wasm).unwrap());
     node.wait_for_health("the scaffolded plugin", |h| has_plugin(h, "demo-echo"));
     let hash = document_hash(&std::fs::read_to_string(crate_dir.join("protocol.md")).unwrap());
-    let reply = post_json(&node.url("/agora"), &json!({"protocolHash": hash, "body": {"text": "hi"}})).json();
+    let reply = post_json(
+        &node.url("/agora"),
+        &json!({"protocolHash": hash, "body": {"text": "hi"}}),
+    )
+    .json();
     assert_eq!(reply["body"], json!({"reply": "you said: hi"}));
 }
 
@@ -340,16 +514,37 @@ fn health_lists_plugins_and_metrics_count_calls() {
     let health = node.wait_for_health("the plugin", |h| has_plugin(h, "unit-converter"));
     let plugin = &health["plugins"][0];
     assert_eq!(plugin["version"], "0.1.0");
-    let routes: Vec<&str> = plugin["routes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(routes.contains(&format!("agora:{}", converter_hash()).as_str()), "{routes:?}");
+    let routes: Vec<&str> = plugin["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        routes.contains(&format!("agora:{}", converter_hash()).as_str()),
+        "{routes:?}"
+    );
     assert!(routes.contains(&"tool:convert_units"), "{routes:?}");
     for _ in 0..3 {
-        post_json(&node.url("/agora"), &json!({"protocolHash": converter_hash(), "body": {"value": 1, "from": "l", "to": "ml"}}));
+        post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": converter_hash(), "body": {"value": 1, "from": "l", "to": "ml"}}),
+        );
     }
     let metrics = support::get(&node.url("/metrics"));
     assert!(metrics.content_type.starts_with("application/openmetrics-text"));
-    assert!(metrics.body.contains("agora_plugin_calls_total{transport=\"agora\",plugin=\"unit-converter\",outcome=\"ok\"} 3"), "{}", metrics.body);
-    assert!(metrics.body.contains("agora_plugin_reloads_total{outcome=\"ok\"}"));
+    assert!(
+        metrics.body.contains(
+            "agora_plugin_calls_total{transport=\"agora\",plugin=\"unit-converter\",outcome=\"ok\"} 3"
+        ),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        metrics
+            .body
+            .contains("agora_plugin_reloads_total{outcome=\"ok\"}")
+    );
     assert!(metrics.body.contains("agora_plugin_call_seconds_bucket"));
 }
 
@@ -369,10 +564,21 @@ fn dev_mode_rebuilds_a_saved_plugin_and_serves_it_live() {
         .arg("--plugins-dir")
         .arg(dir.path().join("live-plugins").to_str().unwrap())
         .env("AGORA_PLUGINS__SOURCES_DIR", sources.to_str().unwrap())
-        .env("CARGO_TARGET_DIR", support::repo_root().join("target/plugins").to_str().unwrap())
+        .env(
+            "CARGO_TARGET_DIR",
+            support::repo_root().join("target/plugins").to_str().unwrap(),
+        )
         .start_dev();
-    node.wait_for_health_within("the first build", Duration::from_secs(600), |h| has_plugin(h, "demo-live"));
-    let ask = || post_json(&node.url("/agora"), &json!({"protocolHash": hash, "body": {"text": "hi"}})).json();
+    node.wait_for_health_within("the first build", Duration::from_secs(600), |h| {
+        has_plugin(h, "demo-live")
+    });
+    let ask = || {
+        post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"text": "hi"}}),
+        )
+        .json()
+    };
     assert_eq!(ask()["body"]["reply"], "you said: hi");
 
     // One save: edit the handler and wait for the new answer.
@@ -380,7 +586,11 @@ fn dev_mode_rebuilds_a_saved_plugin_and_serves_it_live() {
     std::fs::write(&lib, source.replace("you said", "you wrote")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(600);
     while ask()["body"]["reply"] != "you wrote: hi" {
-        assert!(Instant::now() < deadline, "the edit never went live; log:\n{}", node.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "the edit never went live; log:\n{}",
+            node.log_text()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -404,5 +614,8 @@ fn exhausted_instance_slots_answer_overloaded_not_a_crash() {
     assert_eq!(refused.json()["status"], "failure");
     assert_eq!(looping.join().unwrap().status, 500);
     // The slot is free again.
-    assert_eq!(post_json(&url, &json!({"protocolHash": hash, "body": "ok"})).json()["body"], "ok");
+    assert_eq!(
+        post_json(&url, &json!({"protocolHash": hash, "body": "ok"})).json()["body"],
+        "ok"
+    );
 }

@@ -331,12 +331,7 @@ fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Ht
 }
 
 pub fn post(url: &str, content_type: &str, body: &[u8]) -> HttpReply {
-    finish(
-        agent()
-            .post(url)
-            .header("content-type", content_type)
-            .send(body),
-    )
+    finish(agent().post(url).header("content-type", content_type).send(body))
 }
 
 pub fn post_with_headers(url: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
@@ -362,10 +357,7 @@ pub fn delete(url: &str) -> HttpReply {
 pub fn get_json(url: &str) -> Result<serde_json::Value, String> {
     let response = agent().get(url).call().map_err(|e| e.to_string())?;
     let mut response = response;
-    let text = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| e.to_string())?;
+    let text = response.body_mut().read_to_string().map_err(|e| e.to_string())?;
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
@@ -392,13 +384,7 @@ pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
         .success();
     assert!(ok, "creating the venv {name} failed");
     let ok = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
         .args(packages)
         .status()
         .expect("pip install")

@@ -20,11 +20,9 @@ const LISTENER_SEED: &str = "uagents-interop-listener-seed-v1";
 const OTHER_SEED: &str = "uagents-interop-other-seed-v1";
 const NODE_SEED: &str = "uagents-interop-mock-node-seed-v1";
 const MESSAGE_SCHEMA: &str = r#"{"properties": {"text": {"title": "Text", "type": "string"}}, "required": ["text"], "title": "Message", "type": "object"}"#;
-const MESSAGE_DIGEST: &str =
-    "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
+const MESSAGE_DIGEST: &str = "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
 const ERROR_DIGEST: &str = "model:94cb082f79871c5e80a20637f935d233f0ce11a135d5a3a3c6071e81102a84d5";
-const ECHO_PROTOCOL_DIGEST: &str =
-    "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
+const ECHO_PROTOCOL_DIGEST: &str = "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
 
 fn identity(seed: &str) -> AgentIdentity {
     AgentIdentity::from_seed(seed).unwrap()
@@ -52,9 +50,7 @@ fn echo_node(seed: &str, env: &[(String, String)]) -> TestNode {
         builder = builder.env(key, value.clone());
     }
     let node = builder.start();
-    node.wait_for_health("the echo plugin", |h| {
-        support::has_plugin(h, "uagents-echo")
-    });
+    node.wait_for_health("the echo plugin", |h| support::has_plugin(h, "uagents-echo"));
     node
 }
 
@@ -82,11 +78,7 @@ fn submit(node: &TestNode, envelope: &Envelope, sync: bool) -> support::HttpRepl
     if sync {
         headers.push(("x-uagents-connection", "sync"));
     }
-    support::post_with_headers(
-        &node.url("/submit"),
-        &headers,
-        envelope.to_json().as_bytes(),
-    )
+    support::post_with_headers(&node.url("/submit"), &headers, envelope.to_json().as_bytes())
 }
 
 fn reply_envelope(reply: &support::HttpReply) -> Envelope {
@@ -132,18 +124,9 @@ fn submit_refusals_have_the_uagents_error_shapes() {
     // The library's negative vectors, addressed to this node's agent.
     let vectors = vectors();
     let expected = [
-        (
-            "payload_changed_after_signing",
-            "Signature verification failed",
-        ),
-        (
-            "expires_changed_after_signing",
-            "Signature verification failed",
-        ),
-        (
-            "session_changed_after_signing",
-            "Signature verification failed",
-        ),
+        ("payload_changed_after_signing", "Signature verification failed"),
+        ("expires_changed_after_signing", "Signature verification failed"),
+        ("session_changed_after_signing", "Signature verification failed"),
         ("signed_by_other_key", "Signature verification failed"),
         ("signature_wrong_hrp", "Unable to decode signature"),
         ("signature_bad_checksum", "Unable to decode value"),
@@ -185,10 +168,7 @@ fn submit_refusals_have_the_uagents_error_shapes() {
     // After all that the node still serves.
     let ok = message_envelope(&sender, identity(LISTENER_SEED).address(), "still here");
     let reply = reply_envelope(&submit(&node, &ok, true));
-    assert_eq!(
-        reply.decode_payload().unwrap(),
-        r#"{"text":"echo: still here"}"#
-    );
+    assert_eq!(reply.decode_payload().unwrap(), r#"{"text":"echo: still here"}"#);
 }
 
 #[test]
@@ -305,10 +285,7 @@ fn a_generated_identity_survives_restarts() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(
-        address.starts_with("agent1") && address.len() == 65,
-        "{address}"
-    );
+    assert!(address.starts_with("agent1") && address.len() == 65, "{address}");
     assert_ne!(address, identity(NODE_SEED).address());
     first.stop();
     let second = TestNode::builder().data_dir(data.path()).start();
@@ -320,15 +297,9 @@ fn a_generated_identity_survives_restarts() {
 fn a_malformed_peer_table_stops_start_up_with_the_key_named() {
     let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
         .arg("serve")
-        .env(
-            "AGORA_LISTEN",
-            format!("127.0.0.1:{}", support::free_port()),
-        )
+        .env("AGORA_LISTEN", format!("127.0.0.1:{}", support::free_port()))
         .env("AGORA_DATA_DIR", tempfile::tempdir().unwrap().path())
-        .env(
-            "AGORA_UAGENTS__PEERS__notanaddress",
-            "http://127.0.0.1:1/submit",
-        )
+        .env("AGORA_UAGENTS__PEERS__notanaddress", "http://127.0.0.1:1/submit")
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -340,9 +311,7 @@ fn a_malformed_peer_table_stops_start_up_with_the_key_named() {
 fn serve_one(listener: &std::net::TcpListener, status: &str) -> String {
     use std::io::{Read, Write};
     let (mut stream, _) = listener.accept().unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let body_start = loop {
@@ -695,18 +664,12 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
     assert_eq!(reply["verified"], true, "{reply}");
     assert_eq!(reply["sender"], listener_address);
     assert_eq!(reply["schema_digest"], MESSAGE_DIGEST);
-    assert_eq!(
-        reply["message"],
-        json!({"text": "echo: async from the node"})
-    );
+    assert_eq!(reply["message"], json!({"text": "echo: async from the node"}));
 
     // Synchronous: uagents answers in the HTTP body, unsigned.
     let reply = send("sync from the node", &["--sync"]);
     assert_eq!(reply["verified"], false, "{reply}");
-    assert_eq!(
-        reply["message"],
-        json!({"text": "echo: sync from the node"})
-    );
+    assert_eq!(reply["message"], json!({"text": "echo: sync from the node"}));
 
     let received = agent.received();
     assert_eq!(received.len(), 2, "{received:?}");

@@ -59,10 +59,9 @@ pub async fn run(command: Command) -> Result<(), String> {
             dialect,
         } => {
             let protocol_document = match protocol {
-                Some(path) => Some(
-                    std::fs::read_to_string(&path)
-                        .map_err(|e| format!("{}: {e}", path.display()))?,
-                ),
+                Some(path) => {
+                    Some(std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?)
+                }
                 None => None,
             };
             let request = agora_client::ClientRequest {

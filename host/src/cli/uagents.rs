@@ -76,8 +76,8 @@ pub async fn run(command: Command) -> Result<(), String> {
             timeout,
         } => {
             let identity = identity(seed.as_deref())?;
-            let schema_text = std::fs::read_to_string(&schema)
-                .map_err(|e| format!("{}: {e}", schema.display()))?;
+            let schema_text =
+                std::fs::read_to_string(&schema).map_err(|e| format!("{}: {e}", schema.display()))?;
             let schema_value: Value = serde_json::from_str(&schema_text)
                 .map_err(|e| format!("{}: not JSON: {e}", schema.display()))?;
             let message: Value =
@@ -157,9 +157,7 @@ fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String> {
             .verify()
             .map_err(|e| format!("the reply's signature does not verify: {e}"))?;
     } else {
-        eprintln!(
-            "agora-node: warning: the reply is unsigned (uagents does not sign sync replies)"
-        );
+        eprintln!("agora-node: warning: the reply is unsigned (uagents does not sign sync replies)");
     }
     let text = reply.decode_payload()?;
     let message: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));

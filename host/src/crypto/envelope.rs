@@ -44,10 +44,7 @@ pub enum EnvelopeError {
     #[error("invalid signature")]
     BadSignature,
     #[error("`{field}`: {problem}")]
-    Schema {
-        field: &'static str,
-        problem: String,
-    },
+    Schema { field: &'static str, problem: String },
 }
 
 impl EnvelopeError {
@@ -90,10 +87,7 @@ pub struct Verified {
 }
 
 /// The bytes a signature covers: JCS of the envelope with the signature blanked or removed.
-pub fn signing_input(
-    envelope: &Value,
-    variant: SignatureVariant,
-) -> Result<Vec<u8>, EnvelopeError> {
+pub fn signing_input(envelope: &Value, variant: SignatureVariant) -> Result<Vec<u8>, EnvelopeError> {
     let mut copy = envelope.clone();
     let sender = copy
         .get_mut("sender")
@@ -134,9 +128,7 @@ pub fn decode_signature(text: &str) -> Result<Signature, EnvelopeError> {
     let bytes = PADDING_OPTIONAL
         .decode(text)
         .map_err(|_| EnvelopeError::SignatureEncoding)?;
-    let array: [u8; 64] = bytes
-        .try_into()
-        .map_err(|_| EnvelopeError::SignatureEncoding)?;
+    let array: [u8; 64] = bytes.try_into().map_err(|_| EnvelopeError::SignatureEncoding)?;
     Ok(Signature::from_bytes(&array))
 }
 
@@ -329,10 +321,7 @@ mod tests {
                     expected["canonical_utf8"].as_str().unwrap(),
                     "{name}/{variant_name}"
                 );
-                assert_eq!(
-                    hex::encode(&input),
-                    expected["canonical_hex"].as_str().unwrap()
-                );
+                assert_eq!(hex::encode(&input), expected["canonical_hex"].as_str().unwrap());
                 assert_eq!(
                     super::super::sha256_hex(&input),
                     expected["canonical_sha256_hex"].as_str().unwrap()
@@ -342,8 +331,7 @@ mod tests {
                     hex::encode(signature.to_bytes()),
                     expected["signature_hex"].as_str().unwrap()
                 );
-                let unpadded =
-                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature.to_bytes());
+                let unpadded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature.to_bytes());
                 assert_eq!(unpadded, expected["signature_base64url"].as_str().unwrap());
                 assert_eq!(
                     base64::engine::general_purpose::URL_SAFE.encode(signature.to_bytes()),
@@ -404,10 +392,7 @@ mod tests {
                     assert!(result.is_ok(), "{name}: padded signatures are accepted")
                 }
                 "non_ed25519_did_key" => assert!(
-                    matches!(
-                        result,
-                        Err(EnvelopeError::SenderId(SenderIdError::NotEd25519))
-                    ),
+                    matches!(result, Err(EnvelopeError::SenderId(SenderIdError::NotEd25519))),
                     "{name}: {result:?}"
                 ),
                 "truncated_signature" => assert!(
@@ -432,10 +417,7 @@ mod tests {
         let envelope = build("HELLO", &key, &did, json!({}), 1_700_000_000_000).unwrap();
         verify_value(envelope.clone()).unwrap();
         let mut missing = envelope.clone();
-        missing["sender"]
-            .as_object_mut()
-            .unwrap()
-            .remove("signature");
+        missing["sender"].as_object_mut().unwrap().remove("signature");
         assert!(matches!(
             verify_value(missing),
             Err(EnvelopeError::MissingSignature)
@@ -462,14 +444,7 @@ mod tests {
     fn header_checks_protocol_type_timestamp_and_payload() {
         let key = SigningKey::from_bytes(&[9u8; 32]);
         let did = super::super::identity::did_key(&key.verifying_key());
-        let envelope = build(
-            "REQUEST",
-            &key,
-            &did,
-            json!({"resource": "x"}),
-            1_700_000_000_000,
-        )
-        .unwrap();
+        let envelope = build("REQUEST", &key, &did, json!({"resource": "x"}), 1_700_000_000_000).unwrap();
         let header = header(&envelope).unwrap();
         assert_eq!(header.kind, "REQUEST");
         assert_eq!(header.timestamp_ms, 1_700_000_000_000);

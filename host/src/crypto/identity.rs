@@ -14,15 +14,9 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
     #[error("cannot read key file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("cannot write key file {path}: {source}")]
-    Write {
-        path: String,
-        source: std::io::Error,
-    },
+    Write { path: String, source: std::io::Error },
     #[error("{path} is not an Ed25519 PKCS#8 PEM key")]
     Invalid { path: String },
     #[error("{path} already exists (use --force to replace it)")]
@@ -70,9 +64,7 @@ impl NodeIdentity {
         let pem = self
             .signing_key
             .to_pkcs8_pem(Default::default())
-            .map_err(|_| IdentityError::Invalid {
-                path: shown.clone(),
-            })?;
+            .map_err(|_| IdentityError::Invalid { path: shown.clone() })?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| IdentityError::Write {
                 path: shown.clone(),
@@ -89,10 +81,7 @@ impl NodeIdentity {
             source,
         })?;
         file.write_all(pem.as_bytes())
-            .map_err(|source| IdentityError::Write {
-                path: shown,
-                source,
-            })?;
+            .map_err(|source| IdentityError::Write { path: shown, source })?;
         Ok(())
     }
 
@@ -150,9 +139,7 @@ pub fn parse_sender_id(id: &str) -> Result<VerifyingKey, SenderIdError> {
 }
 
 fn parse_did_key_value(multibase: &str) -> Result<VerifyingKey, SenderIdError> {
-    let encoded = multibase
-        .strip_prefix('z')
-        .ok_or(SenderIdError::NotBase58btc)?;
+    let encoded = multibase.strip_prefix('z').ok_or(SenderIdError::NotBase58btc)?;
     let decoded = bs58::decode(encoded)
         .into_vec()
         .map_err(|_| SenderIdError::BadBase58)?;
@@ -225,8 +212,7 @@ mod tests {
     fn w3c_ccg_seeds_give_their_did_keys() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/vectors/did_key/w3c-ccg-ed25519-x25519.json");
-        let entries: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let entries: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let entries = entries.as_object().unwrap();
         assert_eq!(entries.len(), 5);
         for (did, entry) in entries {

@@ -171,29 +171,18 @@ mod tests {
 
     #[test]
     fn official_cyberphone_vectors_canonicalize_byte_for_byte() {
-        let names = [
-            "arrays",
-            "french",
-            "structures",
-            "unicode",
-            "values",
-            "weird",
-        ];
+        let names = ["arrays", "french", "structures", "unicode", "values", "weird"];
         for name in names {
             let input = std::fs::read(vectors().join(format!("input/{name}.json"))).unwrap();
             let expected = std::fs::read(vectors().join(format!("output/{name}.json"))).unwrap();
-            let hex_expected =
-                std::fs::read_to_string(vectors().join(format!("outhex/{name}.txt"))).unwrap();
+            let hex_expected = std::fs::read_to_string(vectors().join(format!("outhex/{name}.txt"))).unwrap();
             let output = canonicalize_bytes(&input).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(
                 String::from_utf8_lossy(&output),
                 String::from_utf8_lossy(&expected),
                 "{name}"
             );
-            let hex_clean: String = hex_expected
-                .split_whitespace()
-                .collect::<String>()
-                .to_lowercase();
+            let hex_clean: String = hex_expected.split_whitespace().collect::<String>().to_lowercase();
             assert_eq!(hex::encode(&output), hex_clean, "{name} (outhex)");
         }
     }
@@ -220,8 +209,7 @@ mod tests {
 
     #[test]
     fn first_10k_es6_number_lines_format_like_ecmascript() {
-        let text =
-            std::fs::read_to_string(vectors().join("numbers/es6testfile_first10k.txt")).unwrap();
+        let text = std::fs::read_to_string(vectors().join("numbers/es6testfile_first10k.txt")).unwrap();
         let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
         assert_eq!(lines.len(), 10_000);
         for line in lines {
@@ -252,8 +240,7 @@ mod tests {
     #[test]
     fn edge_cases_give_the_expected_verdict() {
         let cases: Value =
-            serde_json::from_slice(&std::fs::read(vectors().join("edge/cases.json")).unwrap())
-                .unwrap();
+            serde_json::from_slice(&std::fs::read(vectors().join("edge/cases.json")).unwrap()).unwrap();
         let cases = cases["cases"].as_array().unwrap();
         assert_eq!(cases.len(), 53);
         let (mut expected_hits, mut alternatives) = (0, 0);

@@ -74,8 +74,7 @@ impl KeySet {
     /// encryption key, an unsupported algorithm or curve) are skipped, so one
     /// odd key never makes the others unusable.
     pub fn parse(json: &[u8]) -> Result<KeySet, JwtError> {
-        let set: JwkSet =
-            serde_json::from_slice(json).map_err(|e| JwtError::KeySet(e.to_string()))?;
+        let set: JwkSet = serde_json::from_slice(json).map_err(|e| JwtError::KeySet(e.to_string()))?;
         let mut keys = HashMap::new();
         for jwk in set.keys.iter().take(MAX_KEYS) {
             let Some(kid) = jwk.common.key_id.clone() else {
@@ -119,12 +118,8 @@ impl KeySet {
 fn key_algorithm(jwk: &Jwk) -> Option<Algorithm> {
     let implied = match &jwk.algorithm {
         AlgorithmParameters::RSA(_) => Algorithm::RS256,
-        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => {
-            Algorithm::ES256
-        }
-        AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => {
-            Algorithm::EdDSA
-        }
+        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => Algorithm::ES256,
+        AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => Algorithm::EdDSA,
         _ => return None,
     };
     match jwk.common.key_algorithm {
@@ -142,12 +137,10 @@ pub fn token_kid(token: &str) -> Result<String, JwtError> {
         return Err(JwtError::TooLong);
     }
     if token.split('.').count() != 3 {
-        return Err(JwtError::Malformed(
-            "a JWS has three dot-separated parts".into(),
-        ));
+        return Err(JwtError::Malformed("a JWS has three dot-separated parts".into()));
     }
-    let header = jsonwebtoken::decode_header(token)
-        .map_err(|e| JwtError::Malformed(format!("header: {e}")))?;
+    let header =
+        jsonwebtoken::decode_header(token).map_err(|e| JwtError::Malformed(format!("header: {e}")))?;
     match header.kid {
         Some(kid) if !kid.is_empty() => Ok(kid),
         _ => Err(JwtError::MissingKid),
@@ -175,13 +168,9 @@ pub struct Policy<'a> {
 }
 
 /// Verify `token` with `key` and check its time and audience claims.
-pub fn verify(
-    token: &str,
-    key: &VerifyingKey,
-    policy: &Policy<'_>,
-) -> Result<ArenaClaims, JwtError> {
-    let header = jsonwebtoken::decode_header(token)
-        .map_err(|e| JwtError::Malformed(format!("header: {e}")))?;
+pub fn verify(token: &str, key: &VerifyingKey, policy: &Policy<'_>) -> Result<ArenaClaims, JwtError> {
+    let header =
+        jsonwebtoken::decode_header(token).map_err(|e| JwtError::Malformed(format!("header: {e}")))?;
     if header.alg != key.algorithm {
         return Err(JwtError::AlgorithmMismatch);
     }
@@ -220,12 +209,8 @@ impl ArenaClaims {
     /// AAP §4 binds a token to one agent and one match: a token for another
     /// agent, or one replayed on another match, is refused.
     pub fn check_binding(&self, agent_id: &str, match_id: &str) -> Result<(), JwtError> {
-        if agent_id.is_empty()
-            || !super::constant_time_eq(self.agent_id.as_bytes(), agent_id.as_bytes())
-        {
-            return Err(JwtError::WrongAgent(
-                self.agent_id.chars().take(64).collect(),
-            ));
+        if agent_id.is_empty() || !super::constant_time_eq(self.agent_id.as_bytes(), agent_id.as_bytes()) {
+            return Err(JwtError::WrongAgent(self.agent_id.chars().take(64).collect()));
         }
         if !super::constant_time_eq(self.match_id.as_bytes(), match_id.as_bytes()) {
             return Err(JwtError::WrongMatch);
@@ -301,10 +286,6 @@ mod tests {
             "kty": "RSA", "kid": "k", "alg": "HS256", "e": "AQAB",
             "n": "nNUH_36-10dvIw5An2xmYTEENhvi8IImQZcEk7moAEtghwuPsd0Uq56us8KAJdj7vUV9Ln0NQP8L4QYYOCldxeM_XGLJOIV_dRst612LoFprP47qXNLyfrKL2XYBQV5iIcggVKY0mwr95YqhS-eMRnu7Gh_tRjabmB-UlVEgdn7zgFS1IY_uondT1966D8Ohi3K3ZWXUQas4hzGXaA0hArkj0gpnatb3gIA-h6Ri9Flw_U7kgKvAmOhG21_l6pR07wkGubmTm5hZKpzWzz8SGW3WFuX3OvFVWxuKyAZKqsT8CcWoo_kClCR5D70D1mYCikIoFsM9hXz6yhXU-jpYDQ"
         }]});
-        assert!(
-            KeySet::parse(set.to_string().as_bytes())
-                .unwrap()
-                .is_empty()
-        );
+        assert!(KeySet::parse(set.to_string().as_bytes()).unwrap().is_empty());
     }
 }

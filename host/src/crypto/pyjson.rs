@@ -87,8 +87,7 @@ mod tests {
 
     #[test]
     fn matches_python_separators_order_and_escapes() {
-        let value: Value =
-            serde_json::from_str(r#"{"b": [1, 2.5, null], "a": "é\n😀", "c": true}"#).unwrap();
+        let value: Value = serde_json::from_str(r#"{"b": [1, 2.5, null], "a": "é\n😀", "c": true}"#).unwrap();
         assert_eq!(
             dumps_sorted(&value),
             r#"{"a": "\u00e9\n\ud83d\ude00", "b": [1, 2.5, null], "c": true}"#

@@ -72,8 +72,7 @@ fn decode_bech32(text: &str) -> Result<(String, Vec<u8>), UagentsCryptoError> {
     if text.len() > 1023 {
         return Err(UagentsCryptoError::Undecodable);
     }
-    let checked =
-        CheckedHrpstring::new::<Bech32>(text).map_err(|_| UagentsCryptoError::Undecodable)?;
+    let checked = CheckedHrpstring::new::<Bech32>(text).map_err(|_| UagentsCryptoError::Undecodable)?;
     let prefix = checked.hrp().to_lowercase();
     let data: Vec<u8> = checked.byte_iter().collect();
     if encode_bech32(&prefix, &data) != text.to_ascii_lowercase() {
@@ -116,11 +115,7 @@ pub fn decode_signature(text: &str) -> Result<Signature, UagentsCryptoError> {
 
 /// Verify a `sig1…` signature by the key of `address` over a 32-byte digest used as
 /// the prehash. High-S signatures (as Python produces half the time) are accepted.
-pub fn verify_digest(
-    address: &str,
-    digest: &[u8; 32],
-    signature: &str,
-) -> Result<(), UagentsCryptoError> {
+pub fn verify_digest(address: &str, digest: &[u8; 32], signature: &str) -> Result<(), UagentsCryptoError> {
     let key = decode_address(address)?;
     let signature = decode_signature(signature)?;
     let signature = signature.normalize_s().unwrap_or(signature);
@@ -205,8 +200,8 @@ impl Envelope {
     /// case since that is what the digest covers), unknown fields ignored.
     pub fn from_value(value: Value) -> Result<Envelope, String> {
         let mut envelope: Envelope = serde_json::from_value(value).map_err(|e| e.to_string())?;
-        let session = uuid::Uuid::parse_str(&envelope.session)
-            .map_err(|_| "session is not a UUID".to_string())?;
+        let session =
+            uuid::Uuid::parse_str(&envelope.session).map_err(|_| "session is not a UUID".to_string())?;
         if session.get_version_num() != 4 {
             return Err("session is not a version 4 UUID".into());
         }
@@ -272,10 +267,7 @@ impl Envelope {
 
 /// `model:` + SHA-256 hex of the model's JSON schema as Python dumps it with sorted keys.
 pub fn schema_digest(schema: &Value) -> String {
-    format!(
-        "model:{}",
-        sha256_hex(pyjson::dumps_sorted(schema).as_bytes())
-    )
+    format!("model:{}", sha256_hex(pyjson::dumps_sorted(schema).as_bytes()))
 }
 
 /// One message model of a protocol: its digest and JSON schema.
@@ -287,10 +279,7 @@ pub struct ProtocolModel<'a> {
 /// The manifest a protocol digest is computed over (`Protocol.compute_digest`):
 /// metadata emptied, models sorted by digest, interactions by request digest,
 /// each interaction's responses sorted.
-pub fn protocol_manifest(
-    models: &[ProtocolModel<'_>],
-    interactions: &[(&str, Vec<&str>)],
-) -> Value {
+pub fn protocol_manifest(models: &[ProtocolModel<'_>], interactions: &[(&str, Vec<&str>)]) -> Value {
     let mut models: Vec<&ProtocolModel<'_>> = models.iter().collect();
     models.sort_by(|a, b| a.digest.cmp(b.digest));
     models.dedup_by(|a, b| a.digest == b.digest);
@@ -316,10 +305,7 @@ pub fn protocol_manifest(
 
 /// `proto:` + SHA-256 hex of the cleaned manifest as Python dumps it with sorted keys.
 pub fn protocol_digest(manifest: &Value) -> String {
-    format!(
-        "proto:{}",
-        sha256_hex(pyjson::dumps_sorted(manifest).as_bytes())
-    )
+    format!("proto:{}", sha256_hex(pyjson::dumps_sorted(manifest).as_bytes()))
 }
 
 #[cfg(test)]
@@ -336,9 +322,7 @@ mod tests {
     }
 
     fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-        value[key]
-            .as_str()
-            .unwrap_or_else(|| panic!("{key} missing"))
+        value[key].as_str().unwrap_or_else(|| panic!("{key} missing"))
     }
 
     fn envelope_of(fields: &Value) -> Envelope {
@@ -374,11 +358,7 @@ mod tests {
                 text(case, "seed_hash_hex")
             );
             let private = derive_private_key(seed, index);
-            assert_eq!(
-                hex::encode(private),
-                text(case, "private_key_hex"),
-                "{seed}"
-            );
+            assert_eq!(hex::encode(private), text(case, "private_key_hex"), "{seed}");
             let identity = AgentIdentity::from_seed_index(seed, index).unwrap();
             let public = identity.verifying_key().to_encoded_point(true);
             assert_eq!(
@@ -429,11 +409,7 @@ mod tests {
                 text(case, "digest_preimage_hex"),
                 "{name}"
             );
-            assert_eq!(
-                hex::encode(envelope.digest()),
-                text(case, "digest_hex"),
-                "{name}"
-            );
+            assert_eq!(hex::encode(envelope.digest()), text(case, "digest_hex"), "{name}");
             match case["payload_decoded"].as_str() {
                 Some(decoded) => assert_eq!(envelope.decode_payload().unwrap(), decoded),
                 None => assert_eq!(envelope.decode_payload().unwrap(), ""),
@@ -441,11 +417,7 @@ mod tests {
 
             let low = &case["signature_rfc6979_low_s"];
             envelope.sign(&sender);
-            assert_eq!(
-                envelope.signature.as_deref(),
-                Some(text(low, "bech32")),
-                "{name}"
-            );
+            assert_eq!(envelope.signature.as_deref(), Some(text(low, "bech32")), "{name}");
             assert_eq!(text(low, "bech32").len(), 113);
             let decoded = decode_signature(text(low, "bech32")).unwrap();
             let (r, s) = decoded.split_bytes();
@@ -456,26 +428,16 @@ mod tests {
             let high = &case["signature_high_s_variant"];
             let decoded_high = decode_signature(text(high, "bech32")).unwrap();
             assert!(bool::from(decoded_high.s().is_high()), "{name}");
-            assert_eq!(
-                hex::encode(decoded_high.split_bytes().1),
-                text(high, "s_hex")
-            );
+            assert_eq!(hex::encode(decoded_high.split_bytes().1), text(high, "s_hex"));
             envelope.signature = Some(text(high, "bech32").to_string());
-            envelope
-                .verify()
-                .unwrap_or_else(|e| panic!("{name} high-S: {e}"));
+            envelope.verify().unwrap_or_else(|e| panic!("{name} high-S: {e}"));
 
             let library = &case["signature_library_random"];
             envelope.signature = Some(text(library, "bech32").to_string());
             envelope
                 .verify()
                 .unwrap_or_else(|e| panic!("{name} library: {e}"));
-            let is_high = bool::from(
-                decode_signature(text(library, "bech32"))
-                    .unwrap()
-                    .s()
-                    .is_high(),
-            );
+            let is_high = bool::from(decode_signature(text(library, "bech32")).unwrap().s().is_high());
             assert_eq!(is_high, library["s_is_high"].as_bool().unwrap());
 
             // What the library sends parses to the same envelope and verifies.
@@ -505,22 +467,10 @@ mod tests {
                 .verify()
                 .unwrap_err()
         };
-        assert_eq!(
-            by_name("signature_missing"),
-            UagentsCryptoError::MissingSignature
-        );
-        assert_eq!(
-            by_name("signature_wrong_hrp"),
-            UagentsCryptoError::NotASignature
-        );
-        assert_eq!(
-            by_name("signature_bad_checksum"),
-            UagentsCryptoError::Undecodable
-        );
-        assert_eq!(
-            by_name("signed_by_other_key"),
-            UagentsCryptoError::BadSignature
-        );
+        assert_eq!(by_name("signature_missing"), UagentsCryptoError::MissingSignature);
+        assert_eq!(by_name("signature_wrong_hrp"), UagentsCryptoError::NotASignature);
+        assert_eq!(by_name("signature_bad_checksum"), UagentsCryptoError::Undecodable);
+        assert_eq!(by_name("signed_by_other_key"), UagentsCryptoError::BadSignature);
     }
 
     #[test]
@@ -545,18 +495,11 @@ mod tests {
     #[test]
     fn sync_reply_example_parses_and_signed_replies_verify() {
         let vectors = vectors();
-        let body: Value =
-            serde_json::from_str(text(&vectors["sync_reply_example"], "body")).unwrap();
+        let body: Value = serde_json::from_str(text(&vectors["sync_reply_example"], "body")).unwrap();
         let mut reply = Envelope::from_value(body.clone()).unwrap();
         assert_eq!(reply.signature, None);
-        assert_eq!(
-            reply.decode_payload().unwrap(),
-            r#"{"text": "echo: hello"}"#
-        );
-        assert_eq!(
-            serde_json::from_str::<Value>(&reply.to_json()).unwrap(),
-            body
-        );
+        assert_eq!(reply.decode_payload().unwrap(), r#"{"text": "echo: hello"}"#);
+        assert_eq!(serde_json::from_str::<Value>(&reply.to_json()).unwrap(), body);
         let listener = AgentIdentity::from_seed(text(&vectors["identities"][1], "seed")).unwrap();
         assert_eq!(reply.sender, listener.address());
         reply.sign(&listener);
@@ -570,10 +513,7 @@ mod tests {
         let vectors = vectors();
         let case = &vectors["protocol_digests"][0];
         let input: Value = serde_json::from_str(text(case, "digest_input_json")).unwrap();
-        assert_eq!(
-            pyjson::dumps_sorted(&input),
-            text(case, "digest_input_json")
-        );
+        assert_eq!(pyjson::dumps_sorted(&input), text(case, "digest_input_json"));
         assert_eq!(protocol_digest(&input), text(case, "protocol_digest"));
         let message = &vectors["schema_digests"][0];
         let schema: Value = serde_json::from_str(text(message, "schema_json")).unwrap();
@@ -593,18 +533,11 @@ mod tests {
     fn bech32_rejects_bech32m_and_non_canonical_padding() {
         let identity = AgentIdentity::from_seed("x").unwrap();
         let key = identity.verifying_key().to_encoded_point(true);
-        let m = bech32::encode::<bech32::Bech32m>(Hrp::parse_unchecked("agent"), key.as_bytes())
-            .unwrap();
+        let m = bech32::encode::<bech32::Bech32m>(Hrp::parse_unchecked("agent"), key.as_bytes()).unwrap();
         assert_eq!(decode_address(&m), Err(UagentsCryptoError::Undecodable));
-        assert_eq!(
-            decode_address("agent1"),
-            Err(UagentsCryptoError::Undecodable)
-        );
+        assert_eq!(decode_address("agent1"), Err(UagentsCryptoError::Undecodable));
         assert_eq!(decode_address(""), Err(UagentsCryptoError::Undecodable));
         let sig = encode_signature(&Signature::from_slice(&[1u8; 64]).unwrap());
-        assert_eq!(
-            decode_address(&sig),
-            Err(UagentsCryptoError::NotAnAgentAddress)
-        );
+        assert_eq!(decode_address(&sig), Err(UagentsCryptoError::NotAnAgentAddress));
     }
 }

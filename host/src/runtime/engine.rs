@@ -76,11 +76,7 @@ impl Drop for EpochTicker {
 }
 
 /// Compile a component, through the on-disk cache.
-pub fn compile_cached(
-    engine: &Engine,
-    cache_dir: &Path,
-    bytes: &[u8],
-) -> wasmtime::Result<Component> {
+pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmtime::Result<Component> {
     let path = cache_path(engine, cache_dir, bytes);
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine with the

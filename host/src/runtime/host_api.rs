@@ -88,29 +88,22 @@ impl host::Host for PluginState {
     async fn emit(&mut self, kind: String, data: String) -> Result<(), String> {
         let limits = &self.runtime.config;
         if self.events_emitted >= limits.max_events_per_call {
-            return Err(format!(
-                "at most {} events per call",
-                limits.max_events_per_call
-            ));
+            return Err(format!("at most {} events per call", limits.max_events_per_call));
         }
         if kind.is_empty() || kind.len() > 64 {
             return Err("event kind must be 1-64 bytes".into());
         }
         if data.len() > limits.max_event_bytes {
-            return Err(format!(
-                "events are limited to {} bytes",
-                limits.max_event_bytes
-            ));
+            return Err(format!("events are limited to {} bytes", limits.max_event_bytes));
         }
-        let data: Value =
-            serde_json::from_str(&data).map_err(|e| format!("event data is not JSON: {e}"))?;
+        let data: Value = serde_json::from_str(&data).map_err(|e| format!("event data is not JSON: {e}"))?;
         self.events_emitted += 1;
         self.exchange.send(PluginEvent { kind, data }).await
     }
 
     async fn call_tool(&mut self, name: String, arguments: String) -> Result<String, String> {
-        let arguments: Value = serde_json::from_str(&arguments)
-            .map_err(|e| format!("tool arguments are not JSON: {e}"))?;
+        let arguments: Value =
+            serde_json::from_str(&arguments).map_err(|e| format!("tool arguments are not JSON: {e}"))?;
         let runtime = super::Runtime {
             inner: self.runtime.clone(),
         };
@@ -129,8 +122,8 @@ impl host::Host for PluginState {
     }
 
     async fn outbound(&mut self, request: OutboundRequest) -> Result<String, String> {
-        let body: Value = serde_json::from_str(&request.body)
-            .map_err(|e| format!("outbound body is not JSON: {e}"))?;
+        let body: Value =
+            serde_json::from_str(&request.body).map_err(|e| format!("outbound body is not JSON: {e}"))?;
         let transport = crate::runtime::TransportKind::from(request.transport);
         crate::transports::outbound::call(&self.runtime.node_config, transport, &request.url, body)
             .await

@@ -169,10 +169,7 @@ impl PluginManifest {
         for tool in raw.tools {
             check_name("tool", &tool.name)?;
             check_text("tool description", &tool.description, MAX_TEXT)?;
-            let parameters = parse_schema(
-                &format!("parameters of tool {}", tool.name),
-                &tool.parameters,
-            )?;
+            let parameters = parse_schema(&format!("parameters of tool {}", tool.name), &tool.parameters)?;
             tools.push(ToolSpec {
                 name: tool.name,
                 description: tool.description,
@@ -184,9 +181,7 @@ impl PluginManifest {
             bindings::InstancePolicy::Fresh => InstancePolicy::Fresh,
             bindings::InstancePolicy::Warm(pool) => {
                 if pool.max_concurrency == 0 || pool.max_invocations == 0 {
-                    return Err(
-                        "a warm pool needs max-invocations and max-concurrency above 0".into(),
-                    );
+                    return Err("a warm pool needs max-invocations and max-concurrency above 0".into());
                 }
                 InstancePolicy::Warm {
                     max_invocations: pool.max_invocations,
@@ -221,11 +216,7 @@ impl PluginManifest {
         if self.accepts_any_document {
             routes.push("agora:any-document".into());
         }
-        routes.extend(
-            self.resources
-                .iter()
-                .map(|r| format!("envelope:{}", r.name)),
-        );
+        routes.extend(self.resources.iter().map(|r| format!("envelope:{}", r.name)));
         routes.extend(self.models.iter().map(|m| format!("uagents:{}", m.digest)));
         routes.extend(self.leagues.iter().map(|l| format!("arena:{l}")));
         if self.assistant {

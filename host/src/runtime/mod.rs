@@ -152,10 +152,7 @@ pub enum ToolError {
     #[error("tool {0} needs a human's approval and this exchange has no human to ask")]
     NoApprover(String),
     #[error("tool {tool} was rejected{}", feedback.as_ref().map(|f| format!(": {f}")).unwrap_or_default())]
-    Rejected {
-        tool: String,
-        feedback: Option<String>,
-    },
+    Rejected { tool: String, feedback: Option<String> },
     #[error("approval of tool {0} timed out")]
     ApprovalTimedOut(String),
     #[error("tool {tool} failed: {message}")]
@@ -165,16 +162,9 @@ pub enum ToolError {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path} is {size} bytes, over the {limit}-byte limit")]
-    TooLarge {
-        path: PathBuf,
-        size: u64,
-        limit: u64,
-    },
+    TooLarge { path: PathBuf, size: u64, limit: u64 },
     #[error("{path} is not a valid plugin component: {message}")]
     Compile { path: PathBuf, message: String },
     #[error("{path}: invalid manifest: {message}")]
@@ -378,12 +368,10 @@ impl Runtime {
                 limit,
             });
         }
-        let bytes = tokio::fs::read(file)
-            .await
-            .map_err(|source| LoadError::Read {
-                path: file.into(),
-                source,
-            })?;
+        let bytes = tokio::fs::read(file).await.map_err(|source| LoadError::Read {
+            path: file.into(),
+            source,
+        })?;
         let content_hash = crate::crypto::sha256_hex(&bytes);
         if let Some(current) = self.registry().by_file(file) {
             if current.content_hash == content_hash {
@@ -395,16 +383,14 @@ impl Runtime {
             path: file.into(),
             message,
         };
-        let pre = tokio::task::spawn_blocking(
-            move || -> wasmtime::Result<PluginPre<instance::PluginState>> {
-                let component =
-                    engine::compile_cached(&inner.engine, &inner.config.cache_dir, &bytes)?;
+        let pre =
+            tokio::task::spawn_blocking(move || -> wasmtime::Result<PluginPre<instance::PluginState>> {
+                let component = engine::compile_cached(&inner.engine, &inner.config.cache_dir, &bytes)?;
                 PluginPre::new(inner.linker.instantiate_pre(&component)?)
-            },
-        )
-        .await
-        .map_err(|e| compile_error(e.to_string()))?
-        .map_err(|e| compile_error(format!("{e:#}")))?;
+            })
+            .await
+            .map_err(|e| compile_error(e.to_string()))?
+            .map_err(|e| compile_error(format!("{e:#}")))?;
 
         let raw = self
             .read_manifest(&pre)
@@ -473,11 +459,7 @@ impl Runtime {
         exchange: Exchange,
     ) -> Result<String, InvokeError> {
         let _slot = self.call_slot().await?;
-        let mut store = instance::new_store(
-            &self.inner,
-            Arc::from(plugin.manifest.name.as_str()),
-            exchange,
-        );
+        let mut store = instance::new_store(&self.inner, Arc::from(plugin.manifest.name.as_str()), exchange);
         let message = bindings::Message {
             transport: call.transport.into(),
             phase: match call.phase {
@@ -540,13 +522,7 @@ impl Runtime {
         let Some(plugin) = registry.tool(name).cloned() else {
             return Err(ToolError::Unknown(name.to_string()));
         };
-        let Some(spec) = plugin
-            .manifest
-            .tools
-            .iter()
-            .find(|t| t.name == name)
-            .cloned()
-        else {
+        let Some(spec) = plugin.manifest.tools.iter().find(|t| t.name == name).cloned() else {
             return Err(ToolError::Unknown(name.to_string()));
         };
         let call_id = uuid::Uuid::new_v4().to_string();
@@ -566,10 +542,7 @@ impl Runtime {
         if spec.risk >= threshold {
             let Some(approver) = exchange.approver.clone() else {
                 let _ = exchange
-                    .send(lifecycle(
-                        "failed",
-                        serde_json::json!({"error": "no approver"}),
-                    ))
+                    .send(lifecycle("failed", serde_json::json!({"error": "no approver"})))
                     .await;
                 return Err(ToolError::NoApprover(name.to_string()));
             };
@@ -588,10 +561,7 @@ impl Runtime {
                 ApprovalOutcome::Approved => {}
                 ApprovalOutcome::Rejected { feedback } => {
                     let _ = exchange
-                        .send(lifecycle(
-                            "failed",
-                            serde_json::json!({"error": "rejected"}),
-                        ))
+                        .send(lifecycle("failed", serde_json::json!({"error": "rejected"})))
                         .await;
                     return Err(ToolError::Rejected {
                         tool: name.to_string(),
@@ -610,10 +580,7 @@ impl Runtime {
             }
         }
         let _ = exchange
-            .send(lifecycle(
-                "started",
-                serde_json::json!({"arguments": arguments}),
-            ))
+            .send(lifecycle("started", serde_json::json!({"arguments": arguments})))
             .await;
         let result = self
             .run_tool_instance(&plugin, name, &arguments, exchange.clone())
@@ -623,10 +590,7 @@ impl Runtime {
                 let parsed: serde_json::Value = serde_json::from_str(output)
                     .unwrap_or_else(|_| serde_json::Value::String(output.clone()));
                 let _ = exchange
-                    .send(lifecycle(
-                        "completed",
-                        serde_json::json!({"result": parsed}),
-                    ))
+                    .send(lifecycle("completed", serde_json::json!({"result": parsed})))
                     .await;
             }
             Err(error) => {
@@ -653,17 +617,11 @@ impl Runtime {
             message,
         };
         let _slot = self.call_slot().await.map_err(|e| failed(e.to_string()))?;
-        let mut store = instance::new_store(
-            &self.inner,
-            Arc::from(plugin.manifest.name.as_str()),
-            exchange,
-        );
+        let mut store = instance::new_store(&self.inner, Arc::from(plugin.manifest.name.as_str()), exchange);
         let instance = match plugin.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(error) => {
-                return Err(failed(
-                    instance::classify(&mut store, error).to_string(),
-                ));
+                return Err(failed(instance::classify(&mut store, error).to_string()));
             }
         };
         let outcome = instance

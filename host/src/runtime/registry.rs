@@ -68,10 +68,7 @@ impl Registry {
         let mut plugins = self.plugins.clone();
         plugins.remove(&plugin.file);
         for route in plugin.manifest.routes() {
-            if let Some(other) = plugins
-                .values()
-                .find(|p| p.manifest.routes().contains(&route))
-            {
+            if let Some(other) = plugins.values().find(|p| p.manifest.routes().contains(&route)) {
                 return Err(format!(
                     "route {route} is claimed by both {} ({}) and {} ({})",
                     other.manifest.name,
@@ -81,10 +78,7 @@ impl Registry {
                 ));
             }
         }
-        if let Some(other) = plugins
-            .values()
-            .find(|p| p.manifest.name == plugin.manifest.name)
-        {
+        if let Some(other) = plugins.values().find(|p| p.manifest.name == plugin.manifest.name) {
             return Err(format!(
                 "plugin name {} is used by both {} and {}",
                 plugin.manifest.name,

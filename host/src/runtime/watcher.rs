@@ -17,10 +17,8 @@ use super::Runtime;
 
 /// Keeps the watch alive; dropping it stops hot reload.
 pub struct PluginWatcher {
-    _debouncer: notify_debouncer_full::Debouncer<
-        notify::RecommendedWatcher,
-        notify_debouncer_full::RecommendedCache,
-    >,
+    _debouncer:
+        notify_debouncer_full::Debouncer<notify::RecommendedWatcher, notify_debouncer_full::RecommendedCache>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -35,29 +33,24 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
     std::fs::create_dir_all(&dir).map_err(notify::Error::io)?;
     let debounce = Duration::from_millis(runtime.inner.config.reload_debounce_ms);
     let (changes, mut changed) = mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
-    let mut debouncer =
-        new_debouncer(
-            debounce,
-            None,
-            move |result: DebounceEventResult| match result {
-                Ok(events) => {
-                    let paths: BTreeSet<PathBuf> = events
-                        .iter()
-                        .flat_map(|event| event.paths.iter())
-                        .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
-                        .cloned()
-                        .collect();
-                    if !paths.is_empty() {
-                        let _ = changes.send(paths);
-                    }
-                }
-                Err(errors) => {
-                    for error in errors {
-                        tracing::warn!(%error, "plugin folder watch error");
-                    }
-                }
-            },
-        )?;
+    let mut debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| match result {
+        Ok(events) => {
+            let paths: BTreeSet<PathBuf> = events
+                .iter()
+                .flat_map(|event| event.paths.iter())
+                .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+                .cloned()
+                .collect();
+            if !paths.is_empty() {
+                let _ = changes.send(paths);
+            }
+        }
+        Err(errors) => {
+            for error in errors {
+                tracing::warn!(%error, "plugin folder watch error");
+            }
+        }
+    })?;
     debouncer.watch(&dir, RecursiveMode::NonRecursive)?;
     tracing::info!(dir = %dir.display(), "watching plugins for changes");
     let task = tokio::spawn(async move {

@@ -116,22 +116,13 @@ impl Store {
         value: &T,
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
-        let bytes = serde_json::to_vec(&Entry {
-            expires_at_ms,
-            value,
-        })?;
+        let bytes = serde_json::to_vec(&Entry { expires_at_ms, value })?;
         self.tree(collection)?.insert(key, bytes)?;
         Ok(())
     }
 
-    pub fn get<T: DeserializeOwned>(
-        &self,
-        collection: Collection,
-        key: &[u8],
-    ) -> Result<Option<T>> {
-        Ok(self
-            .get_with_expiry(collection, key)?
-            .map(|(value, _)| value))
+    pub fn get<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {
+        Ok(self.get_with_expiry(collection, key)?.map(|(value, _)| value))
     }
 
     /// The value and its expiry, or `None` when absent or expired.
@@ -173,10 +164,7 @@ impl Store {
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
         let tree = self.tree(collection)?;
-        let bytes = serde_json::to_vec(&Entry {
-            expires_at_ms,
-            value,
-        })?;
+        let bytes = serde_json::to_vec(&Entry { expires_at_ms, value })?;
         loop {
             let current = tree.get(key)?;
             if let Some(existing) = &current {
@@ -213,18 +201,11 @@ impl Store {
             expires_at_ms,
             value: new,
         })?;
-        Ok(tree
-            .compare_and_swap(key, Some(current), Some(bytes))?
-            .is_ok())
+        Ok(tree.compare_and_swap(key, Some(current), Some(bytes))?.is_ok())
     }
 
     /// Append to the history of `id` (a conversation or session).
-    pub fn append_history<T: Serialize>(
-        &self,
-        id: &str,
-        entry: &T,
-        max_entries: usize,
-    ) -> Result<()> {
+    pub fn append_history<T: Serialize>(&self, id: &str, entry: &T, max_entries: usize) -> Result<()> {
         let tree = self.tree(Collection::History)?;
         let prefix = history_prefix(id);
         let next = match tree.scan_prefix(&prefix).next_back() {
@@ -262,12 +243,7 @@ impl Store {
     }
 
     /// Keys of `collection` starting with `prefix`, at most `limit`.
-    pub fn keys(
-        &self,
-        collection: Collection,
-        prefix: &[u8],
-        limit: usize,
-    ) -> Result<Vec<Vec<u8>>> {
+    pub fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>> {
         self.tree(collection)?
             .scan_prefix(prefix)
             .keys()
@@ -291,8 +267,7 @@ impl Store {
                     continue;
                 };
                 if entry.expires_at_ms.is_some_and(|at| at <= now) {
-                    if collection == Collection::Conversations || collection == Collection::Sessions
-                    {
+                    if collection == Collection::Conversations || collection == Collection::Sessions {
                         self.remove_history(&String::from_utf8_lossy(&key))?;
                     }
                     tree.remove(key)?;
@@ -342,10 +317,7 @@ mod tests {
         assert_eq!(store.get::<i32>(Collection::Replay, b"old").unwrap(), None);
         assert!(store.expired(Collection::Replay, b"old").unwrap());
         assert_eq!(store.sweep().unwrap(), 1);
-        assert_eq!(
-            store.get::<i32>(Collection::Replay, b"live").unwrap(),
-            Some(2)
-        );
+        assert_eq!(store.get::<i32>(Collection::Replay, b"live").unwrap(), Some(2));
     }
 
     #[test]
@@ -364,11 +336,7 @@ mod tests {
         store
             .put(Collection::Replay, b"e", &1, Some(now_ms() - 1))
             .unwrap();
-        assert!(
-            store
-                .insert_new(Collection::Replay, b"e", &1, None)
-                .unwrap()
-        );
+        assert!(store.insert_new(Collection::Replay, b"e", &1, None).unwrap());
     }
 
     #[test]

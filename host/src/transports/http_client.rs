@@ -39,10 +39,7 @@ pub fn check_allowed(url: &str, allowed: &[String]) -> Result<url::Url, ClientEr
         .ok_or_else(|| ClientError::InvalidUrl(url.to_string()))?
         .to_string();
     let with_port = format!("{host}:{}", parsed.port_or_known_default().unwrap_or(80));
-    if allowed
-        .iter()
-        .any(|entry| entry == &host || entry == &with_port)
-    {
+    if allowed.iter().any(|entry| entry == &host || entry == &with_port) {
         Ok(parsed)
     } else {
         Err(ClientError::HostNotAllowed(with_port))
@@ -86,13 +83,10 @@ pub async fn request(
             message: e.to_string(),
         })?;
     let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| ClientError::Request {
-                url: url.into(),
-                message: e.to_string(),
-            })?;
+        let response = client.request(request).await.map_err(|e| ClientError::Request {
+            url: url.into(),
+            message: e.to_string(),
+        })?;
         let (parts, body) = response.into_parts();
         let body = Limited::new(body, max_response_bytes)
             .collect()

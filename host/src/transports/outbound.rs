@@ -34,8 +34,7 @@ pub async fn call(
     let limit = config.outbound.max_response_bytes;
     match transport {
         TransportKind::Agora => {
-            let request =
-                agora::client::OutboundAgora::from_value(body).map_err(OutboundError::Invalid)?;
+            let request = agora::client::OutboundAgora::from_value(body).map_err(OutboundError::Invalid)?;
             let reply = agora::client::send(url, &request.into_request(), timeout, limit).await?;
             Ok(reply.into_value())
         }

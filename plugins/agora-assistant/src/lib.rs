@@ -38,9 +38,7 @@ impl Plugin for AgoraAssistant {
 
 fn answer(text: &str, in_conversation: bool) -> String {
     if text.chars().count() > MAX_MESSAGE_CHARS {
-        return format!(
-            "That message is too long for me; I read at most {MAX_MESSAGE_CHARS} characters."
-        );
+        return format!("That message is too long for me; I read at most {MAX_MESSAGE_CHARS} characters.");
     }
     let lower = text.trim().to_lowercase();
     let words: Vec<&str> = lower
@@ -50,9 +48,7 @@ fn answer(text: &str, in_conversation: bool) -> String {
     let has = |word: &str| words.contains(&word);
 
     if let Some(name) = stated_name(text) {
-        return format!(
-            "Nice to meet you, {name}. I will remember your name for this conversation."
-        );
+        return format!("Nice to meet you, {name}. I will remember your name for this conversation.");
     }
     if lower.contains("my name") && (lower.contains("what") || lower.contains('?')) {
         return recall_name(in_conversation);
@@ -83,9 +79,7 @@ fn answer(text: &str, in_conversation: bool) -> String {
     {
         let mut reply = "Hello! I am the assistant of this Agora node.".to_string();
         if in_conversation {
-            reply.push_str(
-                " This is a multi-round conversation: ask me anything, one message at a time.",
-            );
+            reply.push_str(" This is a multi-round conversation: ask me anything, one message at a time.");
         } else {
             reply.push_str(" Ask me for help to see what I can do.");
         }
@@ -330,10 +324,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn nested(
-        &mut self,
-        inner: impl FnOnce(&mut Self) -> Result<f64, String>,
-    ) -> Result<f64, String> {
+    fn nested(&mut self, inner: impl FnOnce(&mut Self) -> Result<f64, String>) -> Result<f64, String> {
         self.depth += 1;
         if self.depth > 64 {
             return Err("the expression nests too deeply".into());

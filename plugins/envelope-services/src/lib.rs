@@ -34,11 +34,7 @@ impl Plugin for EnvelopeServices {
         Manifest::new("envelope-services", env!("CARGO_PKG_VERSION"))
             .description("Example signed-envelope resources: sum, delay, prime counting")
             .resource(SUM, "Adds up {\"numbers\": [..]}", false)
-            .resource(
-                DELAY,
-                "Waits {\"ms\": n} (at most 4000) then answers",
-                false,
-            )
+            .resource(DELAY, "Waits {\"ms\": n} (at most 4000) then answers", false)
             .resource(
                 PRIMES,
                 "Counts primes up to {\"limit\": n}; costs 1 + limit/10000 credits",
@@ -66,9 +62,7 @@ fn sum(params: &Value) -> Result<String, Failure> {
         .and_then(Value::as_array)
         .ok_or_else(|| Failure::bad_request("params.numbers must be an array of numbers"))?;
     if numbers.len() > MAX_NUMBERS {
-        return Err(Failure::bad_request(format!(
-            "at most {MAX_NUMBERS} numbers"
-        )));
+        return Err(Failure::bad_request(format!("at most {MAX_NUMBERS} numbers")));
     }
     let mut total = 0.0;
     for number in numbers {

@@ -71,10 +71,7 @@ fn parse_request(body: &Value) -> Result<Request, String> {
     if body.get("history").is_some() {
         return Ok(Request::History);
     }
-    Err(
-        "body must be {\"start\": {\"min\", \"max\"}}, {\"guess\": n} or {\"history\": true}"
-            .into(),
-    )
+    Err("body must be {\"start\": {\"min\", \"max\"}}, {\"guess\": n} or {\"history\": true}".into())
 }
 
 /// A secret from the host's randomness: std seeds `RandomState` from WASI's random source.
@@ -150,10 +147,7 @@ fn play(conversation: &str, request: Request) -> Result<Value, String> {
                 return Err("the game is over: the number was already guessed".into());
             }
             if guess < game.min || guess > game.max {
-                return Err(format!(
-                    "the guess must be between {} and {}",
-                    game.min, game.max
-                ));
+                return Err(format!("the guess must be between {} and {}", game.min, game.max));
             }
             let result = match guess.cmp(&game.secret) {
                 std::cmp::Ordering::Less => "higher",
@@ -179,9 +173,7 @@ impl Plugin for GuessNumber {
 
     fn handle(message: Message) -> Result<String, Failure> {
         let outcome = match &message.conversation {
-            None => {
-                Err("this protocol needs a multi-round conversation (\"multiround\": true)".into())
-            }
+            None => Err("this protocol needs a multi-round conversation (\"multiround\": true)".into()),
             Some(conversation) => body_object(&message.body)
                 .ok_or_else(|| "body must be a JSON object".to_string())
                 .and_then(|body| parse_request(&body))

@@ -88,10 +88,7 @@ fn recall_first() -> String {
         .find(|entry| entry.role == "user")
         .and_then(|entry| entry.body["content"].as_str().map(str::to_string));
     match first {
-        Some(first) => format!(
-            "The first thing you said in this session was {}.",
-            quote(&first)
-        ),
+        Some(first) => format!("The first thing you said in this session was {}.", quote(&first)),
         None => "I have no earlier messages from you in this session.".to_string(),
     }
 }
@@ -191,9 +188,9 @@ fn report(content: &str) -> String {
                 "The inspection report for {inspection} was not generated: you rejected it without feedback."
             ),
         },
-        Err(error) if error.contains("timed out") => format!(
-            "The inspection report for {inspection} was not generated: nobody approved it in time."
-        ),
+        Err(error) if error.contains("timed out") => {
+            format!("The inspection report for {inspection} was not generated: nobody approved it in time.")
+        }
         Err(error) => {
             format!("The inspection report for {inspection} could not be generated: {error}")
         }

@@ -50,14 +50,7 @@ const REGULATIONS: &[Regulation] = &[
     Regulation {
         id: "FS-201",
         title: "Hot holding",
-        keywords: &[
-            "food",
-            "temperature",
-            "hot",
-            "holding",
-            "restaurant",
-            "buffet",
-        ],
+        keywords: &["food", "temperature", "hot", "holding", "restaurant", "buffet"],
         text: "Cooked food held hot for service stays at or above 60 °C; below that it is sold within two hours or discarded.",
     },
     Regulation {
@@ -69,14 +62,7 @@ const REGULATIONS: &[Regulation] = &[
     Regulation {
         id: "HY-301",
         title: "Hand washing facilities",
-        keywords: &[
-            "hygiene",
-            "hands",
-            "washing",
-            "staff",
-            "restaurant",
-            "kitchen",
-        ],
+        keywords: &["hygiene", "hands", "washing", "staff", "restaurant", "kitchen"],
         text: "Every food preparation area has a hand basin with warm running water, soap and disposable towels.",
     },
     Regulation {
@@ -95,14 +81,7 @@ const REGULATIONS: &[Regulation] = &[
     Regulation {
         id: "HY-303",
         title: "Pest control",
-        keywords: &[
-            "hygiene",
-            "pests",
-            "rodents",
-            "insects",
-            "restaurant",
-            "storage",
-        ],
+        keywords: &["hygiene", "pests", "rodents", "insects", "restaurant", "storage"],
         text: "Premises are protected against pests; traps and inspections are logged at least monthly.",
     },
     Regulation {
@@ -201,10 +180,7 @@ fn score(regulation: &Regulation, terms: &[String]) -> usize {
     terms
         .iter()
         .map(|term| {
-            let keyword = regulation
-                .keywords
-                .iter()
-                .any(|k| k.starts_with(term.as_str()));
+            let keyword = regulation.keywords.iter().any(|k| k.starts_with(term.as_str()));
             usize::from(keyword) * 2
                 + usize::from(title.contains(term.as_str()))
                 + usize::from(text.contains(term.as_str()))
@@ -265,8 +241,8 @@ pub fn draft_report(inspection_id: &str, notes: Option<&str>) -> Result<Value, S
     // Each inspection checks three regulations, chosen by its id.
     let findings: Vec<Value> = (0..3u32)
         .map(|i| {
-            let regulation = &REGULATIONS
-                [(fingerprint.rotate_left(i * 11) as usize + i as usize * 5) % REGULATIONS.len()];
+            let regulation =
+                &REGULATIONS[(fingerprint.rotate_left(i * 11) as usize + i as usize * 5) % REGULATIONS.len()];
             let compliant = (fingerprint >> (i + 3)) & 1 == 0;
             json!({
                 "regulation": regulation.id,
@@ -349,12 +325,7 @@ mod tests {
     fn search_ranks_storage_rules_first_and_refuses_an_empty_query() {
         let found = search("food storage", 5).unwrap();
         assert!(found["count"].as_u64().unwrap() >= 3);
-        assert!(
-            found["results"][0]["id"]
-                .as_str()
-                .unwrap()
-                .starts_with("FS-10")
-        );
+        assert!(found["results"][0]["id"].as_str().unwrap().starts_with("FS-10"));
         assert!(search("   ", 5).is_err());
         assert_eq!(search("zeppelin", 5).unwrap()["count"], 0);
     }

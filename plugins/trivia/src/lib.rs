@@ -152,9 +152,7 @@ fn lookup(question: &str, options: &[String]) -> Lookup {
     // The most specific (longest) subject named in the question wins.
     let fact = FACTS
         .iter()
-        .filter(|(relation, subject, _)| {
-            relations.contains(relation) && has_phrase(&folded, subject)
-        })
+        .filter(|(relation, subject, _)| relations.contains(relation) && has_phrase(&folded, subject))
         .max_by_key(|(_, subject, _)| subject.len());
     let Some((relation, subject, known)) = fact else {
         // Nothing known: every option is equally likely.
@@ -255,10 +253,7 @@ impl Plugin for Trivia {
             "thinking",
             json!({"message": format!("Reading the question: {question}")}),
         );
-        emit(
-            "spawn_subagent",
-            json!({"name": SUBAGENT, "role": "retrieval"}),
-        );
+        emit("spawn_subagent", json!({"name": SUBAGENT, "role": "retrieval"}));
         let started = host::now_ms();
         let raw = host::call_tool(TOOL, &json!({"question": question, "options": options}))
             .map_err(|e| Failure::internal(format!("the knowledge tool failed: {e}")))?;
@@ -300,10 +295,7 @@ impl Plugin for Trivia {
                 "The knowledge table has nothing on this; guessing".to_string(),
             ),
         };
-        emit(
-            "thinking",
-            json!({"message": format!("Answering {answer:?}")}),
-        );
+        emit("thinking", json!({"message": format!("Answering {answer:?}")}));
         let tokens = (question.len() + reasoning.len()).div_ceil(4);
         reply(json!({
             "answer": answer,
@@ -327,8 +319,7 @@ impl Plugin for Trivia {
         }
         let arguments: Arguments =
             serde_json::from_str(&arguments).map_err(|e| format!("bad arguments: {e}"))?;
-        serde_json::to_string(&lookup(&arguments.question, &arguments.options))
-            .map_err(|e| e.to_string())
+        serde_json::to_string(&lookup(&arguments.question, &arguments.options)).map_err(|e| e.to_string())
     }
 }
 
@@ -368,10 +359,7 @@ mod tests {
 
     #[test]
     fn an_unknown_question_has_no_answer() {
-        let found = lookup(
-            "Who painted the Mona Lisa?",
-            &options(&["Leonardo", "Raphael"]),
-        );
+        let found = lookup("Who painted the Mona Lisa?", &options(&["Leonardo", "Raphael"]));
         assert!(found.answer.is_none());
         assert_eq!(found.scores[0].1, 0.5);
     }

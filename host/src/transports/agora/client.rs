@@ -119,8 +119,7 @@ fn request_json(request: &ClientRequest) -> Value {
                 Dialect::Reference => json!(super::document::hash_as_base64(&hex_hash)),
             };
             let encoded = base64::engine::general_purpose::STANDARD.encode(document.as_bytes());
-            json["protocolSources"] =
-                json!([format!("data:text/plain;charset=utf-8;base64,{encoded}")]);
+            json["protocolSources"] = json!([format!("data:text/plain;charset=utf-8;base64,{encoded}")]);
         }
         None => {
             json["protocolHash"] = Value::Null;
@@ -222,9 +221,7 @@ mod tests {
         let reference = request_json(&request);
         assert_eq!(
             reference["protocolHash"],
-            json!(crate::transports::agora::document::hash_as_base64(
-                &hex_hash
-            ))
+            json!(crate::transports::agora::document::hash_as_base64(&hex_hash))
         );
         assert_eq!(spec["protocolSources"], reference["protocolSources"]);
         request.conversation_id = Some("c".into());
@@ -233,14 +230,8 @@ mod tests {
 
     #[test]
     fn reads_both_failure_shapes() {
-        let spec = parse_reply(
-            200,
-            br#"{"status":"failure","error":"Unsupported protocol"}"#,
-        );
-        let library = parse_reply(
-            200,
-            br#"{"status":"error","message":"Conversation not found."}"#,
-        );
+        let spec = parse_reply(200, br#"{"status":"failure","error":"Unsupported protocol"}"#);
+        let library = parse_reply(200, br#"{"status":"error","message":"Conversation not found."}"#);
         assert!(!spec.success && !library.success);
         assert_eq!(spec.error.as_deref(), Some("Unsupported protocol"));
         assert_eq!(library.error.as_deref(), Some("Conversation not found."));

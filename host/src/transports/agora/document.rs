@@ -88,9 +88,7 @@ fn read_metadata(text: &str) -> Metadata {
         let block = value.starts_with('>') || value.starts_with('|');
         if block || value.is_empty() {
             let mut parts = Vec::new();
-            while i < lines.len()
-                && (lines[i].starts_with([' ', '\t']) || lines[i].trim().is_empty())
-            {
+            while i < lines.len() && (lines[i].starts_with([' ', '\t']) || lines[i].trim().is_empty()) {
                 parts.push(lines[i].trim());
                 i += 1;
             }
@@ -238,11 +236,7 @@ mod tests {
         assert_eq!(meta.description.as_deref(), Some("two lines"));
         assert_eq!(meta.multiround, Some(false));
         assert!(parse("name: A\ndescription: d\nmultiround: true\ntext").is_err());
-        assert!(
-            parse("name: A\n---\ntext")
-                .unwrap_err()
-                .contains("description")
-        );
+        assert!(parse("name: A\n---\ntext").unwrap_err().contains("description"));
     }
 
     #[test]
@@ -257,9 +251,7 @@ mod tests {
     #[test]
     fn data_uris_decode() {
         assert_eq!(
-            inline_source("data:text/plain;base64,aGk=", 10)
-                .unwrap()
-                .unwrap(),
+            inline_source("data:text/plain;base64,aGk=", 10).unwrap().unwrap(),
             "hi"
         );
         assert_eq!(
@@ -267,11 +259,7 @@ mod tests {
             "a b"
         );
         assert!(inline_source("https://x/y", 10).is_none());
-        assert!(
-            inline_source("data:text/plain,aaaaaaaaaaa", 10)
-                .unwrap()
-                .is_err()
-        );
+        assert!(inline_source("data:text/plain,aaaaaaaaaaa", 10).unwrap().is_err());
         assert!(inline_source("aaaaaaaaaaa", 10).unwrap().is_err());
     }
 }

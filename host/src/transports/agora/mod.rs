@@ -62,10 +62,7 @@ pub fn router(state: NodeState) -> Router {
     if state.config.agora.reference_dialect && !base.is_empty() {
         router = router
             .route("/", post(start))
-            .route(
-                "/conversations/{id}",
-                post(follow_up).delete(end_conversation),
-            )
+            .route("/conversations/{id}", post(follow_up).delete(end_conversation))
             .route("/wellknown", get(wellknown));
     }
     router.with_state(state)
@@ -129,9 +126,9 @@ impl AgoraError {
             AgoraError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             AgoraError::Malformed(_) => StatusCode::BAD_REQUEST,
             AgoraError::NotFound(_) => StatusCode::NOT_FOUND,
-            AgoraError::UnsupportedProtocol
-            | AgoraError::ConversationExpired
-            | AgoraError::Rejected(_) => StatusCode::OK,
+            AgoraError::UnsupportedProtocol | AgoraError::ConversationExpired | AgoraError::Rejected(_) => {
+                StatusCode::OK
+            }
             AgoraError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             AgoraError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -157,10 +154,7 @@ impl AgoraError {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             AgoraError::TooLarge(limit)
         } else {
-            AgoraError::Malformed(format!(
-                "cannot read the request body: {}",
-                rejection.body_text()
-            ))
+            AgoraError::Malformed(format!("cannot read the request body: {}", rejection.body_text()))
         }
     }
 }
@@ -198,12 +192,10 @@ fn parse_request(
         return Err(AgoraError::UnsupportedMediaType);
     }
     let raw = raw.map_err(|r| AgoraError::from_rejection(r, state.config.http.max_body_bytes))?;
-    let value: Value = serde_json::from_slice(&raw)
-        .map_err(|e| AgoraError::Malformed(format!("malformed JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(&raw).map_err(|e| AgoraError::Malformed(format!("malformed JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
-        return Err(AgoraError::Malformed(
-            "the request must be a JSON object".into(),
-        ));
+        return Err(AgoraError::Malformed("the request must be a JSON object".into()));
     };
     let body = match fields.remove("body") {
         Some(body @ (Value::String(_) | Value::Object(_))) => body,
@@ -217,9 +209,7 @@ fn parse_request(
     let protocol_hash = match fields.remove("protocolHash") {
         None | Some(Value::Null) => None,
         Some(Value::String(hash)) => Some(document::normalise_hash(&hash).ok_or_else(|| {
-            AgoraError::Malformed(
-                "`protocolHash` must be a SHA1 in hex (40 digits) or base64".into(),
-            )
+            AgoraError::Malformed("`protocolHash` must be a SHA1 in hex (40 digits) or base64".into())
         })?),
         Some(_) => {
             return Err(AgoraError::Malformed(
@@ -315,9 +305,7 @@ async fn handle_start(
         Ok(reply) => reply,
         Err(error) => {
             // Nobody learns the id of a conversation whose first round failed.
-            state
-                .store
-                .remove(Collection::Conversations, id.as_bytes())?;
+            state.store.remove(Collection::Conversations, id.as_bytes())?;
             return Err(error);
         }
     };
@@ -459,11 +447,7 @@ fn create_conversation(
     rand::rngs::OsRng.fill_bytes(&mut id_bytes);
     let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id_bytes);
     let now = now_ms();
-    let ttl_ms = state
-        .config
-        .agora
-        .conversation_ttl_secs
-        .saturating_mul(1000);
+    let ttl_ms = state.config.agora.conversation_ttl_secs.saturating_mul(1000);
     let record = Conversation {
         plugin: route.plugin.manifest.name.clone(),
         protocol_hash,
@@ -477,11 +461,7 @@ fn create_conversation(
     Ok((id, record))
 }
 
-fn store_conversation(
-    state: &NodeState,
-    id: &str,
-    record: &Conversation,
-) -> Result<(), AgoraError> {
+fn store_conversation(state: &NodeState, id: &str, record: &Conversation) -> Result<(), AgoraError> {
     state.store.put(
         Collection::Conversations,
         id.as_bytes(),
@@ -548,11 +528,7 @@ async fn handle_follow_up(
 
 /// Count a round before it runs, so a conversation's history stays within
 /// `max_history_entries` (two entries a round) even under concurrent follow-ups.
-fn reserve_round(
-    state: &NodeState,
-    id: &str,
-    mut current: Conversation,
-) -> Result<Conversation, AgoraError> {
+fn reserve_round(state: &NodeState, id: &str, mut current: Conversation) -> Result<Conversation, AgoraError> {
     let max_rounds = (state.config.agora.max_history_entries / 2) as u64;
     for _ in 0..16 {
         if current.rounds >= max_rounds {
@@ -583,9 +559,7 @@ async fn end_conversation(State(state): State<NodeState>, Path(id): Path<String>
     let dialect = state.config.agora.reference_dialect;
     let result = async {
         load_conversation(&state, &id)?;
-        state
-            .store
-            .remove(Collection::Conversations, id.as_bytes())?;
+        state.store.remove(Collection::Conversations, id.as_bytes())?;
         state.store.remove_history(&id)?;
         state.store.commit().await?;
         Ok::<_, AgoraError>(success(Value::String("Conversation ended".into()), None))
@@ -605,10 +579,7 @@ fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraE
         .get::<Conversation>(Collection::Conversations, id.as_bytes())?
     else {
         return Err(
-            if state
-                .store
-                .expired(Collection::Conversations, id.as_bytes())?
-            {
+            if state.store.expired(Collection::Conversations, id.as_bytes())? {
                 AgoraError::ConversationExpired
             } else {
                 unknown()

@@ -148,8 +148,7 @@ impl KeyCache {
 
 fn read_file(path: &std::path::Path) -> Result<Vec<u8>, KeyError> {
     use std::io::Read;
-    let file = std::fs::File::open(path)
-        .map_err(|e| KeyError::Load(format!("{}: {e}", path.display())))?;
+    let file = std::fs::File::open(path).map_err(|e| KeyError::Load(format!("{}: {e}", path.display())))?;
     let mut bytes = Vec::new();
     file.take(MAX_JWKS_BYTES + 1)
         .read_to_end(&mut bytes)

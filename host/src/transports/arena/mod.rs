@@ -145,10 +145,9 @@ impl IntoResponse for ArenaError {
         }
         let mut response = (status, axum::Json(json!({ "error": message }))).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECS),
-            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         response
     }
@@ -227,12 +226,10 @@ fn parse_task(headers: &HeaderMap, raw: &[u8]) -> Result<Task, ArenaError> {
     if !super::is_json_content_type(headers) {
         return Err(ArenaError::UnsupportedMediaType);
     }
-    let body: Value = serde_json::from_slice(raw)
-        .map_err(|e| ArenaError::BadRequest(format!("malformed JSON: {e}")))?;
+    let body: Value =
+        serde_json::from_slice(raw).map_err(|e| ArenaError::BadRequest(format!("malformed JSON: {e}")))?;
     let Value::Object(fields) = &body else {
-        return Err(ArenaError::BadRequest(
-            "the task must be a JSON object".into(),
-        ));
+        return Err(ArenaError::BadRequest("the task must be a JSON object".into()));
     };
     let text = |name: &str| -> Result<String, ArenaError> {
         match fields.get(name) {
@@ -265,16 +262,12 @@ fn parse_task(headers: &HeaderMap, raw: &[u8]) -> Result<Task, ArenaError> {
         }
     };
     if !fields.get("task").is_some_and(Value::is_object) {
-        return Err(ArenaError::BadRequest(
-            "`task` must be a JSON object".into(),
-        ));
+        return Err(ArenaError::BadRequest("`task` must be a JSON object".into()));
     }
     let time_limit = match fields.get("time_limit_seconds") {
         None | Some(Value::Null) => None,
         Some(value) => match value.as_f64() {
-            Some(secs) if secs > 0.0 && secs.is_finite() => {
-                Some(Duration::from_secs_f64(secs.min(86_400.0)))
-            }
+            Some(secs) if secs > 0.0 && secs.is_finite() => Some(Duration::from_secs_f64(secs.min(86_400.0))),
             _ => {
                 return Err(ArenaError::BadRequest(
                     "`time_limit_seconds` must be a positive number".into(),
@@ -347,8 +340,7 @@ async fn task(
         body: task.body.to_string(),
     };
     let request_timeout = Duration::from_millis(arena.node.config.http.request_timeout_ms);
-    let deadline =
-        tokio::time::Instant::from_std(started) + budget(task.time_limit, request_timeout);
+    let deadline = tokio::time::Instant::from_std(started) + budget(task.time_limit, request_timeout);
     let runtime = arena.node.runtime.clone();
     let mut invoke = Box::pin(runtime.invoke(&plugin, call, exchange));
     let mut events = events;
@@ -398,20 +390,11 @@ fn build_reply(raw: &str, events: &Events, started: Instant) -> Result<(Value, u
         .and_then(Value::as_f64)
         .unwrap_or(0.0)
         .clamp(0.0, 1.0);
-    let reasoning = reply
-        .get("reasoning")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let reasoning = reply.get("reasoning").and_then(Value::as_str).unwrap_or_default();
     let mut subagents: Vec<String> = reply
         .get("subagents_used")
         .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
+        .map(|items| items.iter().filter_map(Value::as_str).map(String::from).collect())
         .unwrap_or_default();
     for name in &events.subagents {
         if !subagents.contains(name) {
@@ -631,10 +614,9 @@ async fn health(State(arena): State<Shared>) -> Response {
         body["status"] = Value::String("unavailable".into());
         body["error"] = Value::String(error.to_string());
         let mut response = (error.status(), axum::Json(body)).into_response();
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from_static(RETRY_AFTER_SECS),
-        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         return response;
     }
     axum::Json(body).into_response()
@@ -685,9 +667,7 @@ mod tests {
         assert_eq!(events.subagents, ["Analyzer"]);
         assert_eq!(events.tools, ["t"]);
         let response = events
-            .tool_event(
-                json!({"call_id": "c", "tool_name": "t", "status": "completed", "result": 4}),
-            )
+            .tool_event(json!({"call_id": "c", "tool_name": "t", "status": "completed", "result": 4}))
             .unwrap();
         assert_eq!(response["type"], "tool_response");
         assert_eq!(response["result"], 4);

@@ -128,9 +128,7 @@ impl EventStream {
     async fn connect(
         &self,
     ) -> Result<
-        tokio_tungstenite::WebSocketStream<
-            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-        >,
+        tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
         String,
     > {
         let mut request = self
@@ -146,8 +144,7 @@ impl EventStream {
                 .headers_mut()
                 .insert(axum::http::header::AUTHORIZATION, value);
         }
-        match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request)).await
-        {
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request)).await {
             Ok(Ok((socket, _))) => Ok(socket),
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err("connect timed out".into()),
@@ -157,9 +154,7 @@ impl EventStream {
     /// Send buffered events until the connection fails; returns why it ended.
     async fn pump(
         &self,
-        socket: tokio_tungstenite::WebSocketStream<
-            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-        >,
+        socket: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
     ) -> String {
         let (mut sink, mut incoming) = socket.split();
         loop {

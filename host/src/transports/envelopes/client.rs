@@ -75,8 +75,8 @@ impl EnvelopeClient {
         payload: Value,
     ) -> Result<(Value, Verified), EnvelopeClientError> {
         let envelope = signed::build(kind, &self.key, &self.sender_id, payload, now_ms())?;
-        let body = serde_json::to_vec(&envelope)
-            .map_err(|e| EnvelopeClientError::Unexpected(e.to_string()))?;
+        let body =
+            serde_json::to_vec(&envelope).map_err(|e| EnvelopeClientError::Unexpected(e.to_string()))?;
         let response = http_client::post(
             &self.url,
             &[("content-type", "application/json")],
@@ -125,9 +125,9 @@ impl EnvelopeClient {
             "RESULT" => reply,
             "OFFER" => {
                 expect_request_id(&reply, &request_id)?;
-                let cost = reply["payload"]["cost"].as_f64().ok_or_else(|| {
-                    EnvelopeClientError::Unexpected("the OFFER has no numeric cost".into())
-                })?;
+                let cost = reply["payload"]["cost"]
+                    .as_f64()
+                    .ok_or_else(|| EnvelopeClientError::Unexpected("the OFFER has no numeric cost".into()))?;
                 if let Some(budget) = task.budget {
                     if cost > budget {
                         return Err(EnvelopeClientError::OverBudget { cost, budget });
@@ -195,8 +195,7 @@ pub async fn outbound(
     url: &str,
     body: &Value,
 ) -> Result<Value, EnvelopeClientError> {
-    let invalid =
-        |what: &str| EnvelopeClientError::Unexpected(format!("invalid outbound body: {what}"));
+    let invalid = |what: &str| EnvelopeClientError::Unexpected(format!("invalid outbound body: {what}"));
     let resource = body["resource"]
         .as_str()
         .ok_or_else(|| invalid("`resource` must be a string"))?;

@@ -129,9 +129,7 @@ fn bad(message: impl Into<String>) -> EnvelopesError {
 
 fn parse_task(payload: &Map<String, Value>) -> Result<TaskRequest, EnvelopesError> {
     let resource = match payload.get("resource") {
-        Some(Value::String(resource))
-            if !resource.is_empty() && resource.len() <= MAX_RESOURCE_LEN =>
-        {
+        Some(Value::String(resource)) if !resource.is_empty() && resource.len() <= MAX_RESOURCE_LEN => {
             resource.clone()
         }
         _ => {
@@ -197,12 +195,7 @@ fn set_state(
         resource: resource.to_string(),
         updated_at_ms: now,
     };
-    let ttl = service
-        .node
-        .config
-        .envelopes
-        .status_ttl_secs
-        .saturating_mul(1000);
+    let ttl = service.node.config.envelopes.status_ttl_secs.saturating_mul(1000);
     service.node.store.put(
         Collection::Negotiations,
         &request_key(sender, request_id),
@@ -220,11 +213,7 @@ fn slot(service: &Service) -> Result<OwnedSemaphorePermit, EnvelopesError> {
         .map_err(|_| EnvelopesError::Overloaded)
 }
 
-async fn request(
-    service: &Service,
-    sender: &str,
-    header: &Header,
-) -> Result<Value, EnvelopesError> {
+async fn request(service: &Service, sender: &str, header: &Header) -> Result<Value, EnvelopesError> {
     let task = parse_task(&header.payload)?;
     let registry = service.node.runtime.registry();
     let Some(plugin) = registry.envelope_resource(&task.resource).cloned() else {
@@ -240,13 +229,7 @@ async fn request(
         .any(|r| r.name == task.resource && r.negotiated);
     let _slot = slot(service)?;
     let request_id = header.id.as_str();
-    set_state(
-        service,
-        sender,
-        request_id,
-        &task.resource,
-        TaskState::Pending,
-    )?;
+    set_state(service, sender, request_id, &task.resource, TaskState::Pending)?;
     let cap = service.node.config.envelopes.request_timeout_ms;
     let timeout_ms = task.timeout_ms.map_or(cap, |ms| ms.min(cap));
     let mut body = json!({
@@ -258,18 +241,9 @@ async fn request(
         body["budget"] = budget.clone();
     }
     let outcome = if negotiated {
-        offer(
-            service, sender, request_id, &task, &plugin, body, timeout_ms,
-        )
-        .await
+        offer(service, sender, request_id, &task, &plugin, body, timeout_ms).await
     } else {
-        set_state(
-            service,
-            sender,
-            request_id,
-            &task.resource,
-            TaskState::Processing,
-        )?;
+        set_state(service, sender, request_id, &task.resource, TaskState::Processing)?;
         match run(
             service,
             &plugin,
@@ -282,26 +256,14 @@ async fn request(
         .await
         {
             Ok(data) => {
-                set_state(
-                    service,
-                    sender,
-                    request_id,
-                    &task.resource,
-                    TaskState::Completed,
-                )?;
+                set_state(service, sender, request_id, &task.resource, TaskState::Completed)?;
                 result_envelope(service, request_id, data)
             }
             Err(error) => Err(error),
         }
     };
     if outcome.is_err() {
-        set_state(
-            service,
-            sender,
-            request_id,
-            &task.resource,
-            TaskState::Failed,
-        )?;
+        set_state(service, sender, request_id, &task.resource, TaskState::Failed)?;
     }
     outcome
 }
@@ -326,8 +288,7 @@ async fn offer(
         timeout_ms,
     )
     .await?;
-    let invalid =
-        |what: &str| EnvelopesError::Internal(format!("the resource's quote is invalid: {what}"));
+    let invalid = |what: &str| EnvelopesError::Internal(format!("the resource's quote is invalid: {what}"));
     let cost = quote
         .get("cost")
         .and_then(Value::as_f64)
@@ -412,9 +373,7 @@ async fn accept(
     };
     // Someone else's offer: say nothing about its request, and leave it untouched.
     if offer.offeree != sender {
-        return Err(
-            EnvelopesError::Unauthorized("this offer was made to another sender".into()).into(),
-        );
+        return Err(EnvelopesError::Unauthorized("this offer was made to another sender".into()).into());
     }
     let request_id = offer.request_id.clone();
     let answering = Some(request_id.as_str());
@@ -422,14 +381,7 @@ async fn accept(
         return Err(bad("this offer was already accepted")).answering(answering);
     }
     if now_ms() > offer.expires_at_ms {
-        set_state(
-            service,
-            sender,
-            &request_id,
-            &offer.resource,
-            TaskState::Failed,
-        )
-        .answering(answering)?;
+        set_state(service, sender, &request_id, &offer.resource, TaskState::Failed).answering(answering)?;
         return Err(EnvelopesError::Timeout("the offer has expired".into())).answering(answering);
     }
     let registry = service.node.runtime.registry();
@@ -437,10 +389,7 @@ async fn accept(
         .envelope_resource(&offer.resource)
         .cloned()
         .ok_or_else(|| {
-            EnvelopesError::NotFound(format!(
-                "the resource {:?} is no longer served",
-                offer.resource
-            ))
+            EnvelopesError::NotFound(format!("the resource {:?} is no longer served", offer.resource))
         })
         .answering(answering)?;
     let _slot = slot(service).answering(answering)?;
@@ -522,20 +471,13 @@ fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -> Resu
         .ok_or_else(|| EnvelopesError::NotFound(format!("no request {request_id:?} from you")))
         .answering(answering)?;
     service
-        .envelope(
-            "STATUS",
-            json!({"request_id": request_id, "state": record.state}),
-        )
+        .envelope("STATUS", json!({"request_id": request_id, "state": record.state}))
         .answering(answering)
 }
 
 /// RESULT `{request_id, status, data}`. A plugin may answer `{"status": "partial", "data": {…}}`;
 /// any other object is the data itself.
-fn result_envelope(
-    service: &Service,
-    request_id: &str,
-    reply: Value,
-) -> Result<Value, EnvelopesError> {
+fn result_envelope(service: &Service, request_id: &str, reply: Value) -> Result<Value, EnvelopesError> {
     let (status, data) = match reply {
         Value::Object(mut fields)
             if fields.len() == 2
@@ -584,7 +526,6 @@ async fn run(
         }
         Ok(result) => result?,
     };
-    jcs::parse_strict(text.as_bytes()).map_err(|e| {
-        EnvelopesError::Internal(format!("the resource's reply is not valid JSON: {e}"))
-    })
+    jcs::parse_strict(text.as_bytes())
+        .map_err(|e| EnvelopesError::Internal(format!("the resource's reply is not valid JSON: {e}")))
 }

@@ -48,12 +48,7 @@ pub fn router(state: NodeState) -> Router {
             return Router::new();
         }
     };
-    let base = state
-        .config
-        .envelopes
-        .path
-        .trim_end_matches('/')
-        .to_string();
+    let base = state.config.envelopes.path.trim_end_matches('/').to_string();
     let post_path = if base.is_empty() {
         "/".to_string()
     } else {
@@ -116,9 +111,7 @@ impl From<InvokeError> for EnvelopesError {
         match error {
             InvokeError::Failure { kind, message } => match kind {
                 FailureKind::BadRequest => EnvelopesError::BadRequest(message),
-                FailureKind::Unsupported | FailureKind::NotFound => {
-                    EnvelopesError::NotFound(message)
-                }
+                FailureKind::Unsupported | FailureKind::NotFound => EnvelopesError::NotFound(message),
                 FailureKind::PaymentRequired => EnvelopesError::PaymentRequired(message),
                 FailureKind::Internal => EnvelopesError::Internal(message),
             },
@@ -270,14 +263,7 @@ impl Service {
     }
 
     fn skew_ms(&self) -> i64 {
-        i64::try_from(
-            self.node
-                .config
-                .envelopes
-                .max_skew_secs
-                .saturating_mul(1000),
-        )
-        .unwrap_or(i64::MAX)
+        i64::try_from(self.node.config.envelopes.max_skew_secs.saturating_mul(1000)).unwrap_or(i64::MAX)
     }
 
     fn check_fresh(&self, timestamp_ms: i64) -> Result<(), EnvelopesError> {
@@ -328,12 +314,10 @@ impl Service {
         let mut key = sender.as_bytes().to_vec();
         key.push(0);
         key.extend_from_slice(header.id.as_bytes());
-        let first = self.node.store.insert_new(
-            Collection::Replay,
-            &key,
-            &header.timestamp_ms,
-            Some(expires),
-        )?;
+        let first =
+            self.node
+                .store
+                .insert_new(Collection::Replay, &key, &header.timestamp_ms, Some(expires))?;
         if first {
             Ok(())
         } else {
@@ -351,12 +335,11 @@ async fn http_envelope(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let reply = match body {
-        Err(rejection) => service.refuse(
-            EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into(),
-        ),
-        Ok(_) if !super::is_json_content_type(&headers) => service.refuse(
-            EnvelopesError::BadRequest("Content-Type must be application/json".into()).into(),
-        ),
+        Err(rejection) => service
+            .refuse(EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into()),
+        Ok(_) if !super::is_json_content_type(&headers) => {
+            service.refuse(EnvelopesError::BadRequest("Content-Type must be application/json".into()).into())
+        }
         Ok(raw) => service.handle(&raw, None).await,
     };
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -390,9 +373,8 @@ async fn ws_session(service: Arc<Service>, socket: WebSocket) {
         let text = match frame {
             Message::Text(text) => text,
             Message::Binary(_) => {
-                let reply = service.refuse(
-                    EnvelopesError::BadRequest("envelopes travel as text frames".into()).into(),
-                );
+                let reply = service
+                    .refuse(EnvelopesError::BadRequest("envelopes travel as text frames".into()).into());
                 if outgoing.send(reply.envelope).await.is_err() {
                     break;
                 }

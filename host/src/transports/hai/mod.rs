@@ -87,10 +87,7 @@ pub enum HaiError {
     #[error("Invalid session: {0}")]
     InvalidSession(String),
     #[error("Too many messages: at most {per_minute} per minute in a session")]
-    RateLimited {
-        per_minute: u32,
-        retry_after_ms: u64,
-    },
+    RateLimited { per_minute: u32, retry_after_ms: u64 },
     #[error("Too many messages are already waiting for an answer in this session")]
     Busy,
     #[error("Your message contains prohibited content")]
@@ -162,9 +159,7 @@ impl HaiError {
                 per_minute,
                 retry_after_ms,
             } => Some(json!({"limit_per_minute": per_minute, "retry_after_ms": retry_after_ms})),
-            HaiError::Moderation { word } => {
-                Some(json!({"blocked_pattern": word, "severity": "medium"}))
-            }
+            HaiError::Moderation { word } => Some(json!({"blocked_pattern": word, "severity": "medium"})),
             HaiError::ToolFailed {
                 tool, tool_call_id, ..
             } => Some(json!({"tool_name": tool, "tool_call_id": tool_call_id})),

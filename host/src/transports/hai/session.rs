@@ -126,10 +126,7 @@ impl Session {
         let now = Instant::now();
         let window = Duration::from_secs(60);
         let mut recent = self.recent.lock();
-        while recent
-            .front()
-            .is_some_and(|at| now.duration_since(*at) >= window)
-        {
+        while recent.front().is_some_and(|at| now.duration_since(*at) >= window) {
             recent.pop_front();
         }
         if recent.len() >= per_minute as usize {
@@ -159,11 +156,7 @@ impl Session {
         })
     }
 
-    fn register(
-        &self,
-        approval_id: &str,
-        tool_name: &str,
-    ) -> Option<oneshot::Receiver<ApprovalOutcome>> {
+    fn register(&self, approval_id: &str, tool_name: &str) -> Option<oneshot::Receiver<ApprovalOutcome>> {
         let mut pending = self.pending.lock();
         if pending.len() >= MAX_PENDING_APPROVALS {
             return None;

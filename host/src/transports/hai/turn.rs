@@ -44,11 +44,7 @@ pub async fn run(shared: Shared, session: Arc<Session>, message: UserMessage, qu
     drop(queued);
 }
 
-async fn answer(
-    shared: &Shared,
-    session: &Arc<Session>,
-    message: &UserMessage,
-) -> Result<(), HaiError> {
+async fn answer(shared: &Shared, session: &Arc<Session>, message: &UserMessage) -> Result<(), HaiError> {
     shared.record_session(&session.id)?;
     shared.append(
         &session.id,
@@ -222,9 +218,10 @@ impl Turn<'_> {
             .as_str()
             .and_then(crate::runtime::Risk::parse)
             .unwrap_or(crate::runtime::Risk::Critical);
-        let reasoning = self.reasoning.take().unwrap_or_else(|| {
-            format!("The assistant wants to run {tool_name} to answer your message")
-        });
+        let reasoning = self
+            .reasoning
+            .take()
+            .unwrap_or_else(|| format!("The assistant wants to run {tool_name} to answer your message"));
         self.calls.insert(
             call_id,
             KnownCall {
@@ -340,9 +337,7 @@ impl Turn<'_> {
         if self.text.is_empty() {
             // Nothing was streamed: the reply is the whole answer, sent as one final chunk.
             if stated.trim().is_empty() {
-                return Err(HaiError::AssistantFailed(
-                    "the assistant gave no answer".into(),
-                ));
+                return Err(HaiError::AssistantFailed("the assistant gave no answer".into()));
             }
             self.chunk(&truncate_chars(stated, MAX_REPLY_BYTES / 4));
         }

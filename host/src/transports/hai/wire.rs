@@ -48,12 +48,9 @@ pub enum Inbound {
 /// when it is JSON but not a client message of the schema, `invalid_session`
 /// when the session id cannot be one.
 pub fn parse(text: &str) -> Result<Inbound, HaiError> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| HaiError::InvalidJson(e.to_string()))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| HaiError::InvalidJson(e.to_string()))?;
     let Value::Object(mut fields) = value else {
-        return Err(HaiError::InvalidMessage(
-            "a message must be a JSON object".into(),
-        ));
+        return Err(HaiError::InvalidMessage("a message must be a JSON object".into()));
     };
     let kind = match fields.remove("type") {
         Some(Value::String(kind)) => kind,
@@ -74,9 +71,7 @@ fn parse_user_message(mut fields: Map<String, Value>) -> Result<UserMessage, Hai
     let content = match fields.remove("content") {
         Some(Value::String(content)) => content,
         Some(_) => {
-            return Err(HaiError::InvalidMessage(
-                "`content` must be a string".into(),
-            ));
+            return Err(HaiError::InvalidMessage("`content` must be a string".into()));
         }
         None => return Err(HaiError::InvalidMessage("missing field `content`".into())),
     };
@@ -89,14 +84,10 @@ fn parse_user_message(mut fields: Map<String, Value>) -> Result<UserMessage, Hai
     let session_id = match fields.remove("session_id") {
         Some(Value::String(id)) => id,
         Some(_) => {
-            return Err(HaiError::InvalidMessage(
-                "`session_id` must be a string".into(),
-            ));
+            return Err(HaiError::InvalidMessage("`session_id` must be a string".into()));
         }
         None => {
-            return Err(HaiError::InvalidMessage(
-                "missing field `session_id`".into(),
-            ));
+            return Err(HaiError::InvalidMessage("missing field `session_id`".into()));
         }
     };
     check_session_id(&session_id)?;
@@ -104,9 +95,7 @@ fn parse_user_message(mut fields: Map<String, Value>) -> Result<UserMessage, Hai
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(metadata)) => metadata,
         Some(_) => {
-            return Err(HaiError::InvalidMessage(
-                "`metadata` must be an object".into(),
-            ));
+            return Err(HaiError::InvalidMessage("`metadata` must be an object".into()));
         }
     };
     Ok(UserMessage {
@@ -125,9 +114,7 @@ fn parse_approval_response(mut fields: Map<String, Value>) -> Result<ApprovalRes
             )));
         }
         None => {
-            return Err(HaiError::InvalidMessage(
-                "missing field `approval_id`".into(),
-            ));
+            return Err(HaiError::InvalidMessage("missing field `approval_id`".into()));
         }
     };
     let approved = match fields.remove("approved") {

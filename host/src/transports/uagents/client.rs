@@ -15,11 +15,7 @@ pub enum DeliveryError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("{url} refused the envelope with HTTP {status}: {body}")]
-    Refused {
-        url: String,
-        status: u16,
-        body: String,
-    },
+    Refused { url: String, status: u16, body: String },
     #[error("{url} answered with something that is not an envelope: {message}")]
     BadReply { url: String, message: String },
 }
@@ -84,8 +80,7 @@ pub async fn submit(
         url: url.to_string(),
         message,
     };
-    let value: Value =
-        serde_json::from_slice(&response.body).map_err(|e| bad_reply(e.to_string()))?;
+    let value: Value = serde_json::from_slice(&response.body).map_err(|e| bad_reply(e.to_string()))?;
     Envelope::from_value(value)
         .map(|reply| Delivered::Reply(Box::new(reply)))
         .map_err(bad_reply)

@@ -41,9 +41,7 @@ use tokio::sync::Semaphore;
 
 use super::NodeState;
 use crate::config::Config;
-use crate::crypto::uagents::{
-    self as ucrypto, AgentIdentity, Envelope, ProtocolModel, UagentsCryptoError,
-};
+use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope, ProtocolModel, UagentsCryptoError};
 use crate::runtime::manifest::PluginManifest;
 use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
 use crate::store::{Collection, Store, StoreError, now_ms};
@@ -227,12 +225,7 @@ async fn submit(
                 conversation: Some(envelope.session.clone()),
                 body: message,
             };
-            match state
-                .node
-                .runtime
-                .invoke(&plugin, call, Exchange::new())
-                .await
-            {
+            match state.node.runtime.invoke(&plugin, call, Exchange::new()).await {
                 Ok(text) => plugin_reply(&plugin.manifest, &envelope.schema_digest, &text),
                 Err(InvokeError::Overloaded) => {
                     // Nothing happened: let the sender try the same envelope again.
@@ -280,12 +273,7 @@ fn empty_ok() -> Response {
 
 /// Accept a (sender, digest) once within the replay window; returns the key it holds.
 fn claim_once(state: &UagentsState, envelope: &Envelope, now: u64) -> Result<Vec<u8>, SubmitError> {
-    let key = format!(
-        "uagents\0{}\0{}",
-        envelope.sender,
-        hex::encode(envelope.digest())
-    )
-    .into_bytes();
+    let key = format!("uagents\0{}\0{}", envelope.sender, hex::encode(envelope.digest())).into_bytes();
     let window = state.node.config.uagents.replay_window_secs;
     let until_expiry = envelope
         .expires
@@ -323,11 +311,7 @@ fn error_message(text: &str) -> ReplyMessage {
 }
 
 /// Turn a plugin's JSON text into the reply message (see the module doc).
-fn plugin_reply(
-    manifest: &PluginManifest,
-    request_digest: &str,
-    text: &str,
-) -> Option<ReplyMessage> {
+fn plugin_reply(manifest: &PluginManifest, request_digest: &str, text: &str) -> Option<ReplyMessage> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed == "null" {
         return None;
@@ -365,8 +349,7 @@ pub fn plugin_protocol_digest(manifest: &PluginManifest) -> String {
         })
         .collect();
     let all: Vec<&str> = manifest.models.iter().map(|m| m.digest.as_str()).collect();
-    let interactions: Vec<(&str, Vec<&str>)> =
-        all.iter().map(|digest| (*digest, all.clone())).collect();
+    let interactions: Vec<(&str, Vec<&str>)> = all.iter().map(|digest| (*digest, all.clone())).collect();
     ucrypto::protocol_digest(&ucrypto::protocol_manifest(&models, &interactions))
 }
 
@@ -419,9 +402,7 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope) {
 async fn readiness(State(state): State<UagentsState>, headers: HeaderMap) -> Response {
     let status = match (headers.get("x-uagents-address"), &state.identity) {
         (None, _) => "indeterminate",
-        (Some(asked), Some(identity)) if asked.as_bytes() == identity.address().as_bytes() => {
-            "ready"
-        }
+        (Some(asked), Some(identity)) if asked.as_bytes() == identity.address().as_bytes() => "ready",
         _ => "not-ready",
     };
     let mut response = StatusCode::OK.into_response();
@@ -534,10 +515,7 @@ mod tests {
         let same = plugin_reply(&manifest, &request, r#"{"text": "a"}"#).unwrap();
         assert_eq!(same.schema_digest, request);
         assert_eq!(same.json, r#"{"text":"a"}"#);
-        assert_eq!(
-            same.protocol_digest,
-            Some(plugin_protocol_digest(&manifest))
-        );
+        assert_eq!(same.protocol_digest, Some(plugin_protocol_digest(&manifest)));
 
         let named = plugin_reply(
             &manifest,
