@@ -619,3 +619,29 @@ fn exhausted_instance_slots_answer_overloaded_not_a_crash() {
         "ok"
     );
 }
+
+#[test]
+fn concurrent_durable_writes_never_wedge_the_node() {
+    // Every multi-round start flushes the store before replying; many at once must all finish.
+    let node = Arc::new(TestNode::builder().plugin("unit-converter").start());
+    let hash = converter_hash();
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (node, hash) = (node.clone(), hash.clone());
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|_| {
+                        post_json(
+                            &node.url("/agora"),
+                            &json!({"protocolHash": hash, "multiround": true, "body": {"value": 1, "from": "d", "to": "h"}}),
+                        )
+                        .status
+                    })
+                    .collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    assert_eq!(statuses.len(), 160);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+}
