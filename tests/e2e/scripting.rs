@@ -199,7 +199,9 @@ fn built_js(plugin: &str, wasm: &str) -> PathBuf {
     BUILT
         .get_or_init(|| {
             let dir = support::repo_root().join("plugins").join(plugin);
-            for args in [&["ci", "--no-audit", "--no-fund"][..], &["run", "build"][..]] {
+            // `npm install` follows the committed lock; `npm ci` rejects it here because the
+            // registry mirror lacks other platforms' optional binaries the lock would list.
+            for args in [&["install", "--no-audit", "--no-fund"][..], &["run", "build"][..]] {
                 let output = Command::new("npm")
                     .args(args)
                     .current_dir(&dir)
@@ -270,7 +272,6 @@ fn converter_requests() -> Vec<Value> {
         json!({"value": 1, "from": "parsec", "to": "m"}),
         json!({"value": "ten", "from": "m", "to": "km"}),
         json!({"from": "m"}),
-        json!([1, 2, 3]),
     ]
 }
 
@@ -394,7 +395,7 @@ fn python_plugin_serves_text_statistics() {
         json!({"text": "x", "top": 21}),
         json!({"text": 5}),
         json!({"text": "x", "top": true}),
-        json!([1]),
+        Value::String("[1]".into()),
     ] {
         assert!(ask(bad.clone())["error"].is_string(), "{bad}");
     }
@@ -490,4 +491,74 @@ fn python_plugin_hot_reloads_under_load_with_no_failed_request() {
     );
     assert!(served.load(Ordering::Relaxed) > 20, "the load loop barely ran");
     assert!(support::get(&node.url("/health")).json()["status"] == "ok");
+}
+
+/// `agora-node plugin new NAME --lang LANG` into `parent`.
+fn scaffold(name: &str, lang: &str, parent: &Path) -> PathBuf {
+    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .args(["plugin", "new", name, "--lang", lang, "--dir"])
+        .arg(parent)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    parent.join(name)
+}
+
+fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) {
+    let mut command = Command::new(program);
+    command.args(args).current_dir(dir);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn scaffolded_python_and_javascript_plugins_build_with_their_readme_line_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = scaffold("demo-py", "python", dir.path());
+    run_in(
+        &python,
+        "bash",
+        &["build.sh"],
+        &[("COMPONENTIZE_PY", &componentize_py())],
+    );
+    let js = scaffold("demo-js", "js", dir.path());
+    run_in(&js, "npm", &["install", "--no-audit", "--no-fund"], &[]);
+    run_in(&js, "npm", &["run", "build"], &[]);
+    for (plugin, folder) in [("demo-py", &python), ("demo-js", &js)] {
+        let readme = std::fs::read_to_string(folder.join("README.md")).unwrap();
+        assert!(readme.contains("Build: `"), "{readme}");
+        let wasm = folder
+            .join("dist")
+            .join(format!("{}.wasm", plugin.replace('-', "_")));
+        let node = node_with_file(plugin, &wasm, plugin);
+        let hash = document_hash(&std::fs::read_to_string(folder.join("protocol.md")).unwrap());
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"text": "hi"}}),
+        );
+        assert_eq!(reply.json()["body"], json!({"reply": "you said: hi"}), "{plugin}");
+        // A typed failure from the script reaches the wire as a failure, not a trap.
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"words": 1}}),
+        );
+        let body = reply.json();
+        assert_eq!(body["status"], "failure", "{plugin}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("text"),
+            "{plugin}: {body}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 // componentize-js. Invalid input is a protocol-level error inside `body`.
 
 import { log } from "agora:node/host@0.1.0";
-import { DOCUMENT } from "./document.js";
+import { DOCUMENT } from "../build/document.js";
 
 // symbol -> [dimension, factor to the dimension's base unit]; temperature uses offsets.
 const UNITS = {
