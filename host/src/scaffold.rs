@@ -1,4 +1,7 @@
-//! `agora-node plugin new NAME`: a plugin crate that builds and loads as is.
+//! `agora-node plugin new NAME --lang rust|python|js`: a plugin that builds
+//! with one command and loads as is. Python and JavaScript plugins carry a copy
+//! of the node's WIT world (`wit/agora-node.wit`) that their component
+//! toolchain (componentize-py, componentize-js) generates typed bindings from.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +13,7 @@ pub enum ScaffoldError {
     Exists(PathBuf),
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
-    #[error("language {0:?} is not supported yet (rust is)")]
+    #[error("language {0:?} is not supported (rust, python and js are)")]
     Language(String),
 }
 
@@ -28,8 +31,20 @@ fn enclosing_workspace(dir: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// The node's WIT world, copied into Python and JavaScript plugins.
+const WIT: &str = include_str!("../../plugin-sdk/wit/agora-node.wit");
+
+/// The one command that builds a scaffolded plugin of `lang` (run in its folder).
+pub fn build_line(lang: &str, name: &str) -> String {
+    match lang {
+        "python" => "pip install -r requirements.txt && ./build.sh".to_string(),
+        "js" | "javascript" => "npm install && npm run build".to_string(),
+        _ => format!("cargo build --profile plugin --target wasm32-wasip2 -p {name}"),
+    }
+}
+
 pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, ScaffoldError> {
-    if lang != "rust" {
+    if !matches!(lang, "rust" | "python" | "js" | "javascript") {
         return Err(ScaffoldError::Language(lang.to_string()));
     }
     let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
@@ -43,6 +58,11 @@ pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, Scaf
     let dir = parent.join(name);
     if dir.exists() {
         return Err(ScaffoldError::Exists(dir));
+    }
+    match lang {
+        "python" => return write_files(&dir, python_files(name)),
+        "js" | "javascript" => return write_files(&dir, javascript_files(name)),
+        _ => {}
     }
     let in_workspace = enclosing_workspace(parent);
     let sdk = match &in_workspace {
@@ -105,12 +125,20 @@ export_plugin!(Handler);
         "# {name}\n\nBuild: `cargo build --profile plugin --target wasm32-wasip2` (in the node's workspace, `agora-node dev` rebuilds it on save).\nCopy `{wasm}.wasm` into the node's plugins folder; the node loads it within a second.\n",
         wasm = name.replace('-', "_")
     );
-    for (path, text) in [
-        (dir.join("Cargo.toml"), cargo),
-        (dir.join("protocol.md"), document),
-        (dir.join("src/lib.rs"), lib),
-        (dir.join("README.md"), readme),
-    ] {
+    write_files(
+        &dir,
+        vec![
+            ("Cargo.toml", cargo),
+            ("protocol.md", document),
+            ("src/lib.rs", lib),
+            ("README.md", readme),
+        ],
+    )
+}
+
+fn write_files(dir: &Path, files: Vec<(&str, String)>) -> Result<PathBuf, ScaffoldError> {
+    for (relative, text) in files {
+        let path = dir.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| ScaffoldError::Write {
                 path: parent.into(),
@@ -122,7 +150,214 @@ export_plugin!(Handler);
             source,
         })?;
     }
-    Ok(dir)
+    Ok(dir.to_path_buf())
+}
+
+fn echo_document(name: &str) -> String {
+    format!(
+        "name: {name}\ndescription: Replace with what this protocol does.\nmultiround: false\n---\nThe request body is {{\"text\": string}}.\nThe response body is {{\"reply\": string}}.\n"
+    )
+}
+
+/// A componentize-py plugin: the same echo handler as the Rust scaffold.
+fn python_files(name: &str) -> Vec<(&'static str, String)> {
+    let wasm = name.replace('-', "_");
+    let app = format!(
+        r#""""The {name} plugin: serves protocol.md over Agora, in Python.
+
+`wit_world` is generated from wit/agora-node.wit by componentize-py at build
+time (`componentize-py -d wit -w plugin bindings .` writes it out for an editor).
+"""
+
+import json
+
+import wit_world
+from wit_world.imports import types
+from componentize_py_types import Err
+
+from document import DOCUMENT
+
+
+def bad_request(message):
+    return Err(types.Failure(kind=types.FailureKind.BAD_REQUEST, message=message))
+
+
+class WitWorld(wit_world.WitWorld):
+    def manifest(self) -> types.Manifest:
+        return types.Manifest(
+            name="{name}",
+            version="0.1.0",
+            description="",
+            protocols=[DOCUMENT],
+            default_agora=False,
+            accepts_any_document=False,
+            resources=[],
+            models=[],
+            leagues=[],
+            assistant=False,
+            tools=[],
+            instance=types.InstancePolicy_Fresh(),
+        )
+
+    def handle(self, message: types.Message) -> str:
+        try:
+            request = json.loads(message.body)
+        except ValueError as error:
+            raise bad_request(f"invalid body: {{error}}")
+        if not isinstance(request, dict) or not isinstance(request.get("text"), str):
+            raise bad_request('the body must be {{"text": string}}')
+        return json.dumps({{"reply": f"you said: {{request['text']}}"}})
+
+    def run_tool(self, name: str, arguments: str) -> str:
+        raise Err(f"unknown tool {{name!r}}")
+"#
+    );
+    let build = format!(
+        r#"#!/usr/bin/env bash
+# Builds dist/{wasm}.wasm with componentize-py (COMPONENTIZE_PY overrides which one).
+set -euo pipefail
+cd "$(dirname "$0")"
+mkdir -p build dist
+# The protocol document, byte for byte: the component has no files at run time.
+python3 -c 'import pathlib; pathlib.Path("build/document.py").write_text("DOCUMENT = %r\n" % pathlib.Path("protocol.md").read_bytes().decode("utf-8"), encoding="utf-8")'
+"${{COMPONENTIZE_PY:-componentize-py}}" -d wit -w plugin componentize -p . -p build app -o dist/{wasm}.wasm
+"#
+    );
+    let readme = format!(
+        "# {name}
+
+A Python plugin for Agora Node (componentize-py 0.25).
+
+Build: `{build}` (in a virtualenv; `agora-node dev` rebuilds it on save).
+Copy `dist/{wasm}.wasm` into the node's plugins folder; the node loads it within a second.
+Typed bindings for an editor: `componentize-py -d wit -w plugin bindings .`
+",
+        build = build_line("python", name)
+    );
+    vec![
+        ("app.py", app),
+        ("build.sh", build),
+        (
+            "requirements.txt",
+            "componentize-py==0.25.1
+"
+            .to_string(),
+        ),
+        ("protocol.md", echo_document(name)),
+        ("wit/agora-node.wit", WIT.to_string()),
+        (
+            ".gitignore",
+            "build/
+dist/
+__pycache__/
+"
+            .to_string(),
+        ),
+        ("README.md", readme),
+    ]
+}
+
+/// A componentize-js plugin: the same echo handler as the Rust scaffold.
+fn javascript_files(name: &str) -> Vec<(&'static str, String)> {
+    let wasm = name.replace('-', "_");
+    let plugin = format!(
+        r#"// The {name} plugin: serves protocol.md over Agora, in JavaScript.
+// Exports and imports follow wit/agora-node.wit (world `plugin`); `npm run types`
+// writes TypeScript declarations of them for an editor.
+
+import {{ DOCUMENT }} from "../build/document.js";
+
+export function manifest() {{
+  return {{
+    name: "{name}",
+    version: "0.1.0",
+    description: "",
+    protocols: [DOCUMENT],
+    defaultAgora: false,
+    acceptsAnyDocument: false,
+    resources: [],
+    models: [],
+    leagues: [],
+    assistant: false,
+    tools: [],
+    instance: {{ tag: "fresh" }},
+  }};
+}}
+
+export function handle(message) {{
+  let request;
+  try {{
+    request = JSON.parse(message.body);
+  }} catch (error) {{
+    throw {{ kind: "bad-request", message: `invalid body: ${{error.message}}` }};
+  }}
+  if (request === null || typeof request.text !== "string") {{
+    throw {{ kind: "bad-request", message: 'the body must be {{"text": string}}' }};
+  }}
+  return JSON.stringify({{ reply: `you said: ${{request.text}}` }});
+}}
+
+export function runTool(name, _args) {{
+  throw `unknown tool ${{JSON.stringify(name)}}`;
+}}
+"#
+    );
+    let generate = r#"// Embeds protocol.md, byte for byte: the component has no files at run time.
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+
+const text = readFileSync(new URL("./protocol.md", import.meta.url), "utf8");
+mkdirSync(new URL("./build/", import.meta.url), { recursive: true });
+mkdirSync(new URL("./dist/", import.meta.url), { recursive: true });
+writeFileSync(new URL("./build/document.js", import.meta.url), `export const DOCUMENT = ${JSON.stringify(text)};
+`);
+"#
+    .to_string();
+    let package = format!(
+        r#"{{
+  "name": "{name}",
+  "version": "0.1.0",
+  "private": true,
+  "type": "module",
+  "scripts": {{
+    "build": "node gen-document.mjs && componentize-js src/plugin.js --wit wit --world-name plugin --disable http fetch-event -o dist/{wasm}.wasm",
+    "types": "jco guest-types wit --world-name plugin -o types"
+  }},
+  "devDependencies": {{
+    "@bytecodealliance/componentize-js": "0.23.0",
+    "@bytecodealliance/jco": "1.35.0",
+    "@bytecodealliance/preview2-shim": "0.25.0"
+  }}
+}}
+"#
+    );
+    let readme = format!(
+        "# {name}
+
+A JavaScript plugin for Agora Node (componentize-js).
+
+Build: `{build}` (`agora-node dev` rebuilds it on save).
+Copy `dist/{wasm}.wasm` into the node's plugins folder; the node loads it within a second.
+Typed bindings for an editor: `npm run types` (TypeScript declarations in `types/`).
+",
+        build = build_line("js", name)
+    );
+    vec![
+        ("src/plugin.js", plugin),
+        ("gen-document.mjs", generate),
+        ("package.json", package),
+        ("protocol.md", echo_document(name)),
+        ("wit/agora-node.wit", WIT.to_string()),
+        (
+            ".gitignore",
+            "build/
+dist/
+node_modules/
+types/
+"
+            .to_string(),
+        ),
+        ("README.md", readme),
+    ]
 }
 
 /// `target` relative to `base` (both absolute).

@@ -8,4 +8,5 @@ mod arena;
 mod envelopes;
 mod hai;
 mod host;
+mod scripting;
 mod uagents;

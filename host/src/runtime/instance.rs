@@ -4,7 +4,8 @@
 //! Time is enforced by epoch interruption: every tick (10 ms) the plugin
 //! yields to the async executor, and once it has run for its budget of ticks
 //! it traps. Memory, tables and instances are bounded by [`CallLimiter`].
-//! Nothing a plugin does here can outlive or escape its store.
+//! Nothing a plugin does here can outlive or escape its store. A `warm`
+//! plugin's store serves several calls; [`begin_call`] resets its per-call state.
 
 use std::sync::Arc;
 
@@ -134,6 +135,25 @@ pub(crate) fn new_store(
     });
     store
 }
+
+/// Prepare a store for its next call: a warm store is reused, so everything
+/// that is per call is reset here (see `warm.rs` for what is not).
+pub(crate) fn begin_call(store: &mut Store<PluginState>, exchange: Exchange) {
+    let state = store.data_mut();
+    state.exchange = exchange;
+    state.events_emitted = 0;
+    state.ticks_used = 0;
+    state.timed_out = false;
+    state.limiter.memory_refused = false;
+    store.set_epoch_deadline(1);
+}
+
+/// Release what a finished call held: an idle warm store must not keep the
+/// request's event channel open, nor its approver or history.
+pub(crate) fn end_call(store: &mut Store<PluginState>) {
+    store.data_mut().exchange = Exchange::new();
+}
+
 
 /// Turn how a call ended into the node's error, and copy the plugin's stdio to the log.
 pub(crate) fn classify(store: &mut Store<PluginState>, error: wasmtime::Error) -> InvokeError {

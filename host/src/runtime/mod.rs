@@ -5,7 +5,9 @@
 //! the on-disk cache) off the request path and pre-linked into an
 //! `InstancePre`; each call instantiates from it in a pooled slot, runs under
 //! its limits, and drops the store. A plugin that loops, grows memory without
-//! bound, traps or returns too much fails only its own call.
+//! bound, traps or returns too much fails only its own call. A plugin whose
+//! manifest asks for `warm` instances is served from a bounded pool of reused
+//! instances instead ([`warm`] documents what that may leak).
 
 mod bindings;
 mod engine;
@@ -15,6 +17,7 @@ mod instance;
 pub mod manifest;
 mod registry;
 mod stdio;
+mod warm;
 pub mod watcher;
 
 use std::collections::BTreeMap;
@@ -181,6 +184,23 @@ pub struct LoadedPlugin {
     pub content_hash: String,
     pub loaded_at_ms: u64,
     pre: PluginPre<instance::PluginState>,
+    /// Reused instances when the manifest asks for `warm`; dropped with this version.
+    warm: Option<Arc<warm::WarmPool>>,
+}
+
+/// Where one call runs: a fresh instance, or one leased from the plugin's warm pool.
+enum CallInstance {
+    Fresh(wasmtime::Store<instance::PluginState>, Plugin),
+    Warm(warm::Lease),
+}
+
+impl CallInstance {
+    fn parts(&mut self) -> (&mut wasmtime::Store<instance::PluginState>, &Plugin) {
+        match self {
+            CallInstance::Fresh(store, plugin) => (store, plugin),
+            CallInstance::Warm(lease) => (&mut lease.instance.store, &lease.instance.plugin),
+        }
+    }
 }
 
 /// Shared state behind [`Runtime`] handles.
@@ -403,12 +423,25 @@ impl Runtime {
             path: file.into(),
             message,
         })?;
+        let warm = match manifest.instance {
+            manifest::InstancePolicy::Fresh => None,
+            manifest::InstancePolicy::Warm {
+                max_invocations,
+                max_concurrency,
+                idle_timeout_ms,
+            } => Some(warm::WarmPool::new(warm::WarmLimits {
+                max_invocations,
+                max_concurrency,
+                idle_timeout: Duration::from_millis(idle_timeout_ms.into()),
+            })),
+        };
         let plugin = Arc::new(LoadedPlugin {
             file: file.to_path_buf(),
             manifest,
             content_hash,
             loaded_at_ms: crate::store::now_ms(),
             pre,
+            warm,
         });
         {
             let mut registry = self.inner.registry.write();
@@ -433,7 +466,7 @@ impl Runtime {
         result.map_err(|error| instance::classify(&mut store, error).to_string())
     }
 
-    /// Run one call on `plugin` in a fresh instance.
+    /// Run one call on `plugin`: in a fresh instance, or a warm one if its manifest asks.
     pub async fn invoke(
         &self,
         plugin: &Arc<LoadedPlugin>,
@@ -458,8 +491,6 @@ impl Runtime {
         call: Call,
         exchange: Exchange,
     ) -> Result<String, InvokeError> {
-        let _slot = self.call_slot().await?;
-        let mut store = instance::new_store(&self.inner, Arc::from(plugin.manifest.name.as_str()), exchange);
         let message = bindings::Message {
             transport: call.transport.into(),
             phase: match call.phase {
@@ -472,19 +503,56 @@ impl Runtime {
             conversation: call.conversation,
             body: call.body,
         };
-        let instance = match plugin.pre.instantiate_async(&mut store).await {
-            Ok(instance) => instance,
-            Err(error) => return Err(instance::classify(&mut store, error)),
-        };
-        let outcome = instance.call_handle(&mut store, &message).await;
-        instance::drain_stdio(&store);
-        match outcome {
+        let (mut call_instance, _slot) = self.call_instance(plugin, exchange).await?;
+        let (store, instance) = call_instance.parts();
+        let outcome = instance.call_handle(&mut *store, &message).await;
+        instance::drain_stdio(store);
+        let result = match outcome {
             Ok(Ok(reply)) => self.check_output(reply),
             Ok(Err(failure)) => Err(InvokeError::Failure {
                 kind: failure.kind,
                 message: failure.message,
             }),
+            Err(error) => Err(instance::classify(store, error)),
+        };
+        // A typed failure is an answer; anything else may have left the instance broken.
+        let clean = matches!(result, Ok(_) | Err(InvokeError::Failure { .. }));
+        self.release(plugin, call_instance, clean);
+        result
+    }
+
+    /// An instance for one call, and the node-wide call slot it runs under. A
+    /// warm plugin waits for a place in its own pool before taking a node-wide
+    /// slot, so a busy warm plugin does not hold slots other plugins need.
+    async fn call_instance(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        exchange: Exchange,
+    ) -> Result<(CallInstance, tokio::sync::SemaphorePermit<'_>), InvokeError> {
+        let name = plugin.manifest.name.as_str();
+        if let Some(pool) = &plugin.warm {
+            let queue_timeout = Duration::from_millis(self.inner.config.queue_timeout_ms);
+            let place = pool.reserve(queue_timeout).await?;
+            let slot = self.call_slot().await?;
+            let lease = pool
+                .check_out(place, &self.inner, &plugin.pre, name, exchange)
+                .await?;
+            return Ok((CallInstance::Warm(lease), slot));
+        }
+        let slot = self.call_slot().await?;
+        let mut store = instance::new_store(&self.inner, Arc::from(name), exchange);
+        match plugin.pre.instantiate_async(&mut store).await {
+            Ok(instance) => Ok((CallInstance::Fresh(store, instance), slot)),
             Err(error) => Err(instance::classify(&mut store, error)),
+        }
+    }
+
+    /// After a call: a warm instance whose call ended cleanly goes back to its
+    /// pool; everything else is dropped, returning its pooled slot.
+    fn release(&self, plugin: &LoadedPlugin, call_instance: CallInstance, clean: bool) {
+        if let (CallInstance::Warm(lease), Some(pool), true) = (call_instance, &plugin.warm, clean)
+        {
+            pool.check_in(lease);
         }
     }
 
@@ -508,7 +576,7 @@ impl Runtime {
     }
 
     /// Run a tool through the host: lifecycle events, approval by risk, then the
-    /// tool plugin's `run-tool` in a fresh instance.
+    /// tool plugin's `run-tool` (in a fresh instance, or a warm one if its manifest asks).
     pub async fn run_tool(
         &self,
         name: &str,
@@ -616,23 +684,28 @@ impl Runtime {
             tool: name.to_string(),
             message,
         };
-        let _slot = self.call_slot().await.map_err(|e| failed(e.to_string()))?;
-        let mut store = instance::new_store(&self.inner, Arc::from(plugin.manifest.name.as_str()), exchange);
-        let instance = match plugin.pre.instantiate_async(&mut store).await {
-            Ok(instance) => instance,
-            Err(error) => {
-                return Err(failed(instance::classify(&mut store, error).to_string()));
-            }
-        };
+        let (mut call_instance, _slot) = self
+            .call_instance(plugin, exchange)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let (store, instance) = call_instance.parts();
         let outcome = instance
-            .call_run_tool(&mut store, name, &arguments.to_string())
+            .call_run_tool(&mut *store, name, &arguments.to_string())
             .await;
-        instance::drain_stdio(&store);
-        match outcome {
-            Ok(Ok(output)) => self.check_output(output).map_err(|e| failed(e.to_string())),
-            Ok(Err(message)) => Err(failed(message)),
-            Err(error) => Err(failed(instance::classify(&mut store, error).to_string())),
-        }
+        instance::drain_stdio(store);
+        let (result, clean) = match outcome {
+            Ok(Ok(output)) => match self.check_output(output) {
+                Ok(output) => (Ok(output), true),
+                Err(error) => (Err(failed(error.to_string())), false),
+            },
+            Ok(Err(message)) => (Err(failed(message)), true),
+            Err(error) => (
+                Err(failed(instance::classify(store, error).to_string())),
+                false,
+            ),
+        };
+        self.release(plugin, call_instance, clean);
+        result
     }
 }
 

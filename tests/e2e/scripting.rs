@@ -1,0 +1,584 @@
+//! Scriptable handlers (issue 8): warm instance pools, and plugins written in
+//! JavaScript (componentize-js) and Python (componentize-py) for the node's
+//! WIT world, each built here from source and served over real sockets.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{self, TestNode, has_plugin, post_json};
+
+const POLICY_MARKER: &[u8] = b"policy=warm;max=00001000;conc=02;idle=00060000;";
+const COUNTER_DOCUMENT: &str = "name: Warm counter fixture\ndescription: counts the requests its instance has seen\nmultiround: false\n---\nbody: \"count\" | \"trap\". Answers {\"count\": n}.\n";
+
+fn document_hash(text: &str) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .args(["protocol", "hash"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// The warm-counter fixture with its instance policy rewritten in the binary:
+/// `policy` is "warm" or "frsh"; the same code either way.
+fn counter_build(policy: &str, max_invocations: u32, concurrency: u32, idle_ms: u32) -> Vec<u8> {
+    let mut bytes = std::fs::read(support::plugin_wasm("fixture-warm-counter")).unwrap();
+    let at = bytes
+        .windows(POLICY_MARKER.len())
+        .position(|w| w == POLICY_MARKER)
+        .expect("policy marker in the fixture");
+    let policy = format!("policy={policy};max={max_invocations:08};conc={concurrency:02};idle={idle_ms:08};");
+    assert_eq!(policy.len(), POLICY_MARKER.len());
+    bytes[at..at + POLICY_MARKER.len()].copy_from_slice(policy.as_bytes());
+    bytes
+}
+
+fn counter_node(build: &[u8]) -> TestNode {
+    let node = TestNode::builder().start();
+    support::install_bytes(&node.plugins_dir, "warm-counter", build);
+    node.wait_for_health("the counter fixture", |h| has_plugin(h, "fixture-warm-counter"));
+    node
+}
+
+/// Ask the counter: its count, or the HTTP status and body of a failure.
+fn ask(node: &TestNode, what: &str) -> Result<u64, String> {
+    let reply = post_json(
+        &node.url("/agora"),
+        &json!({"protocolHash": document_hash_cached(), "body": what}),
+    );
+    let value = reply.json();
+    match value["body"]["count"].as_u64() {
+        Some(count) if reply.status == 200 => Ok(count),
+        _ => Err(format!("HTTP {}: {}", reply.status, reply.body)),
+    }
+}
+
+fn document_hash_cached() -> &'static str {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| document_hash(COUNTER_DOCUMENT))
+}
+
+fn counts(node: &TestNode, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|_| ask(node, "count").unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn metric(node: &TestNode, line_prefix: &str) -> u64 {
+    let metrics = support::get(&node.url("/metrics")).body;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(line_prefix)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn warm_instances_keep_state_between_requests_and_fresh_ones_see_none() {
+    // Warm (documented behaviour): one instance serves the requests in turn and its static persists.
+    let node = counter_node(&counter_build("warm", 1000, 2, 60_000));
+    assert_eq!(counts(&node, 5), vec![1, 2, 3, 4, 5]);
+    // A typed failure is an answer, not a broken instance: it is kept.
+    let failure = ask(&node, "failure").unwrap_err();
+    assert!(failure.contains("typed failure at 6"), "{failure}");
+    assert_eq!(counts(&node, 1), vec![7]);
+    drop(node);
+
+    // Fresh: exactly the same code, and no request ever sees another's state.
+    let node = counter_node(&counter_build("frsh", 1000, 2, 60_000));
+    assert_eq!(counts(&node, 5), vec![1, 1, 1, 1, 1]);
+    let failure = ask(&node, "failure").unwrap_err();
+    assert!(failure.contains("typed failure at 1"), "{failure}");
+}
+
+#[test]
+fn a_trapping_warm_instance_is_discarded_never_reused() {
+    let node = counter_node(&counter_build("warm", 1000, 2, 60_000));
+    assert_eq!(counts(&node, 3), vec![1, 2, 3]);
+    let trap = ask(&node, "trap").unwrap_err();
+    assert!(
+        trap.starts_with("HTTP 500") && trap.contains("the plugin failed"),
+        "{trap}"
+    );
+    // The next request runs in a new instance: the counter starts again.
+    assert_eq!(counts(&node, 2), vec![1, 2]);
+    let metrics = support::get(&node.url("/metrics")).body;
+    assert!(
+        metrics.contains("plugin=\"fixture-warm-counter\",outcome=\"trap\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_warm_instance_retires_after_its_invocations_and_when_idle() {
+    let node = counter_node(&counter_build("warm", 3, 2, 60_000));
+    assert_eq!(counts(&node, 7), vec![1, 2, 3, 1, 2, 3, 1]);
+    drop(node);
+
+    let node = counter_node(&counter_build("warm", 1000, 2, 2_000));
+    assert_eq!(counts(&node, 2), vec![1, 2]);
+    // Well past the idle timeout, the instance has been dropped.
+    std::thread::sleep(Duration::from_millis(4_000));
+    assert_eq!(counts(&node, 2), vec![1, 2]);
+}
+
+#[test]
+fn warm_concurrency_is_bounded_by_the_pool() {
+    let node = Arc::new(counter_node(&counter_build("warm", 1000, 2, 60_000)));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let node = node.clone();
+            std::thread::spawn(move || (0..10).map(|_| ask(&node, "count")).collect::<Vec<_>>())
+        })
+        .collect();
+    let mut seen: Vec<u64> = Vec::new();
+    for thread in threads {
+        for result in thread.join().unwrap() {
+            seen.push(result.unwrap_or_else(|e| panic!("{e}")));
+        }
+    }
+    seen.sort_unstable();
+    // Each instance counts 1, 2, 3, ...: the number of 1s is the number of instances made.
+    let instances = seen.iter().filter(|&&count| count == 1).count();
+    assert!(
+        (1..=2).contains(&instances),
+        "at most 2 instances, made {instances}: {seen:?}"
+    );
+    // 80 requests over at most 2 instances, each count seen at most once per instance.
+    assert!(*seen.last().unwrap() >= 40, "{seen:?}");
+    for count in 1..=*seen.last().unwrap() {
+        let times = seen.iter().filter(|&&c| c == count).count();
+        assert!(times <= instances, "count {count} seen {times} times: {seen:?}");
+    }
+}
+
+#[test]
+fn a_reload_drops_the_old_versions_warm_pool() {
+    let node = counter_node(&counter_build("warm", 1000, 2, 60_000));
+    assert_eq!(counts(&node, 3), vec![1, 2, 3]);
+    let reloads = metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}");
+    // A different build of the same plugin (another idle timeout): a new version, a new pool.
+    support::install_bytes(
+        &node.plugins_dir,
+        "warm-counter",
+        &counter_build("warm", 1000, 2, 59_000),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") <= reloads {
+        assert!(
+            Instant::now() < deadline,
+            "the reload never happened; log:\n{}",
+            node.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counts(&node, 2), vec![1, 2]);
+}
+
+// --- JavaScript and Python plugins, built from source here ---
+
+/// `npm ci` and `npm run build` in a JS plugin folder, once per run; the built component.
+fn built_js(plugin: &str, wasm: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = support::repo_root().join("plugins").join(plugin);
+            // `npm install` follows the committed lock; `npm ci` rejects it here because the
+            // registry mirror lacks other platforms' optional binaries the lock would list.
+            for args in [&["install", "--no-audit", "--no-fund"][..], &["run", "build"][..]] {
+                let output = Command::new("npm")
+                    .args(args)
+                    .current_dir(&dir)
+                    .output()
+                    .expect("running npm");
+                assert!(
+                    output.status.success(),
+                    "npm {args:?} failed:\n{}\n{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            dir.join("dist").join(wasm)
+        })
+        .clone()
+}
+
+/// componentize-py from PyPI in a harness venv.
+fn componentize_py() -> PathBuf {
+    let python = support::python_venv("componentize-py", &["componentize-py==0.25.1"]);
+    python.parent().unwrap().join("componentize-py")
+}
+
+/// A Python plugin's `build.sh`, once per run; the built component.
+fn built_python(plugin: &str, wasm: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = support::repo_root().join("plugins").join(plugin);
+            let output = Command::new("bash")
+                .arg("build.sh")
+                .env("COMPONENTIZE_PY", componentize_py())
+                .current_dir(&dir)
+                .output()
+                .expect("running build.sh");
+            assert!(
+                output.status.success(),
+                "{plugin}/build.sh failed:\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            dir.join("dist").join(wasm)
+        })
+        .clone()
+}
+
+fn node_with_file(name: &str, wasm: &Path, plugin: &str) -> TestNode {
+    let node = TestNode::builder().start();
+    support::install_bytes(&node.plugins_dir, name, &std::fs::read(wasm).unwrap());
+    node.wait_for_health_within(plugin, Duration::from_secs(300), |h| has_plugin(h, plugin));
+    node
+}
+
+fn converter_requests() -> Vec<Value> {
+    vec![
+        json!({"value": 1, "from": "km", "to": "m"}),
+        json!({"value": 2, "from": "mi", "to": "km"}),
+        json!({"value": 100, "from": "C", "to": "F"}),
+        json!({"value": -40, "from": "F", "to": "C"}),
+        json!({"value": 0, "from": "K", "to": "C"}),
+        json!({"value": 3.5, "from": "gal", "to": "l"}),
+        json!({"value": 1, "from": "GiB", "to": "MB"}),
+        json!({"value": 90, "from": "min", "to": "h"}),
+        json!({"value": 1e-7, "from": "t", "to": "mg"}),
+        json!({"value": -2.5, "from": "lb", "to": "oz"}),
+        Value::String(json!({"value": 12, "from": "in", "to": "cm"}).to_string()),
+        json!({"value": 1, "from": "km", "to": "kg"}),
+        json!({"value": 1, "from": "parsec", "to": "m"}),
+        json!({"value": "ten", "from": "m", "to": "km"}),
+        json!({"from": "m"}),
+    ]
+}
+
+fn numbers_as_f64(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_f64).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), numbers_as_f64(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn javascript_plugin_serves_unit_conversion_exactly_like_the_rust_plugin() {
+    let wasm = built_js("js-unit-converter", "js_unit_converter.wasm");
+    let js = node_with_file("js-unit-converter", &wasm, "js-unit-converter");
+    let rust = TestNode::builder().plugin("unit-converter").start();
+    let hash = document_hash(
+        &std::fs::read_to_string(support::repo_root().join("protocols/unit-conversion.md")).unwrap(),
+    );
+    // The JS plugin claims the same protocol document, so the same routing key.
+    let health = support::get(&js.url("/health")).json();
+    assert!(
+        health["plugins"][0]["routes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("agora:{hash}"))),
+        "{health}"
+    );
+
+    for body in converter_requests() {
+        let request = json!({"protocolHash": hash, "body": body});
+        let from_js = post_json(&js.url("/agora"), &request);
+        let from_rust = post_json(&rust.url("/agora"), &request);
+        assert_eq!(from_js.status, 200, "{body}: {}", from_js.body);
+        let (from_js, from_rust) = (from_js.json(), from_rust.json());
+        assert_eq!(from_js["status"], "success", "{body}: {from_js}");
+        if from_rust["body"].get("error").is_some() {
+            assert!(
+                from_js["body"]["error"].is_string(),
+                "{body}: JS {from_js} vs Rust {from_rust}"
+            );
+        } else {
+            // Same JSON numbers (1000 and 1000.0 are one number), same everything else.
+            assert_eq!(
+                numbers_as_f64(&from_js["body"]),
+                numbers_as_f64(&from_rust["body"]),
+                "{body}"
+            );
+        }
+    }
+    let reply = post_json(
+        &js.url("/agora"),
+        &json!({"protocolHash": hash, "body": {"value": 2, "from": "mi", "to": "km"}}),
+    );
+    assert_eq!(
+        reply.json()["body"],
+        json!({"value": 3.21869, "unit": "km", "from": {"value": 2, "unit": "mi"}})
+    );
+}
+
+/// protocols/text-stats.md computed independently of the Python plugin.
+fn text_stats(text: &str, top: usize) -> Value {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|piece| {
+            piece
+                .trim_matches(|c: char| c.is_ascii_punctuation())
+                .to_lowercase()
+        })
+        .filter(|word| !word.is_empty())
+        .collect();
+    let mut counts: std::collections::BTreeMap<&str, u64> = Default::default();
+    for word in &words {
+        *counts.entry(word).or_default() += 1;
+    }
+    let mut ranked: Vec<(&str, u64)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    ranked.truncate(top);
+    json!({
+        "words": words.len(),
+        "characters": text.chars().count(),
+        "lines": if text.is_empty() { 0 } else { text.matches('\n').count() + 1 },
+        "top": ranked.iter().map(|(word, count)| json!({"word": word, "count": count})).collect::<Vec<_>>(),
+    })
+}
+
+fn text_stats_hash() -> String {
+    document_hash(&std::fs::read_to_string(support::repo_root().join("protocols/text-stats.md")).unwrap())
+}
+
+#[test]
+fn python_plugin_serves_text_statistics() {
+    let wasm = built_python("py-text-stats", "py_text_stats.wasm");
+    let node = node_with_file("py-text-stats", &wasm, "py-text-stats");
+    let hash = text_stats_hash();
+    let ask = |body: Value| {
+        let reply = post_json(&node.url("/agora"), &json!({"protocolHash": hash, "body": body}));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let value = reply.json();
+        assert_eq!(value["status"], "success", "{value}");
+        value["body"].clone()
+    };
+    // Known answer, worked by hand from the document.
+    assert_eq!(
+        ask(json!({"text": "The cat saw the other cat.\nThe end!"})),
+        json!({"words": 8, "characters": 35, "lines": 2, "top": [
+            {"word": "the", "count": 3}, {"word": "cat", "count": 2}, {"word": "end", "count": 1}]})
+    );
+    let samples = [
+        ("", 3),
+        ("  \n\n ", 5),
+        (
+            "Ünïcode wörds, ÜNÏCODE Wörds; «quoted» 'single' --dash-- a\tb\r\nc",
+            20,
+        ),
+        ("one two two three three three four four four four", 2),
+        ("...!!! ??? ,,,", 1),
+    ];
+    for (text, top) in samples {
+        assert_eq!(
+            ask(json!({"text": text, "top": top})),
+            text_stats(text, top),
+            "{text:?}"
+        );
+    }
+    // A body sent as a string holding the object (agora-protocol 0.2.0 style).
+    assert_eq!(
+        ask(Value::String(json!({"text": "a a b"}).to_string())),
+        text_stats("a a b", 3)
+    );
+    for bad in [
+        json!({"top": 3}),
+        json!({"text": "x", "top": 0}),
+        json!({"text": "x", "top": 21}),
+        json!({"text": 5}),
+        json!({"text": "x", "top": true}),
+        Value::String("[1]".into()),
+    ] {
+        assert!(ask(bad.clone())["error"].is_string(), "{bad}");
+    }
+    assert!(
+        ask(json!({"text": "a".repeat(100_001)}))["error"]
+            .as_str()
+            .unwrap()
+            .contains("longer")
+    );
+}
+
+/// `bytes` with a custom section appended: a distinct component (new content hash)
+/// with the same behaviour, to mint versions of a plugin without rebuilding it.
+fn with_custom_section(bytes: &[u8], tag: u32) -> Vec<u8> {
+    let name = b"agora-test-version";
+    let payload = tag.to_le_bytes();
+    let size = 1 + name.len() + payload.len();
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    out.push(u8::try_from(size).unwrap()); // < 128: one LEB128 byte
+    out.push(u8::try_from(name.len()).unwrap());
+    out.extend_from_slice(name);
+    out.extend_from_slice(&payload);
+    out
+}
+
+#[test]
+fn python_plugin_hot_reloads_under_load_with_no_failed_request() {
+    let built = built_python("py-text-stats", "py_text_stats.wasm");
+    let wasm = std::fs::read(&built).unwrap();
+    let node = Arc::new(node_with_file("py-text-stats", &built, "py-text-stats"));
+    let hash = text_stats_hash();
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let served = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (node, hash, stop, failures, served) = (
+                node.clone(),
+                hash.clone(),
+                stop.clone(),
+                failures.clone(),
+                served.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    let text = format!("client {client} round {round} round");
+                    let reply = post_json(
+                        &node.url("/agora"),
+                        &json!({"protocolHash": hash, "body": {"text": text, "top": 1}}),
+                    );
+                    if reply.status == 200 && reply.json()["body"] == text_stats(&text, 1) {
+                        served.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failures
+                            .lock()
+                            .push(format!("HTTP {}: {}", reply.status, reply.body));
+                    }
+                }
+            })
+        })
+        .collect();
+
+    for version in 1..=3u32 {
+        let reloads = metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}");
+        support::install_bytes(
+            &node.plugins_dir,
+            "py-text-stats",
+            &with_custom_section(&wasm, version),
+        );
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") <= reloads {
+            assert!(
+                Instant::now() < deadline,
+                "version {version} never loaded; log:\n{}",
+                node.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let failures = failures.lock();
+    assert!(
+        failures.is_empty(),
+        "{} failed requests during reloads, first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(served.load(Ordering::Relaxed) > 20, "the load loop barely ran");
+    assert!(support::get(&node.url("/health")).json()["status"] == "ok");
+}
+
+/// `agora-node plugin new NAME --lang LANG` into `parent`.
+fn scaffold(name: &str, lang: &str, parent: &Path) -> PathBuf {
+    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .args(["plugin", "new", name, "--lang", lang, "--dir"])
+        .arg(parent)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    parent.join(name)
+}
+
+fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) {
+    let mut command = Command::new(program);
+    command.args(args).current_dir(dir);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn scaffolded_python_and_javascript_plugins_build_with_their_readme_line_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = scaffold("demo-py", "python", dir.path());
+    run_in(
+        &python,
+        "bash",
+        &["build.sh"],
+        &[("COMPONENTIZE_PY", &componentize_py())],
+    );
+    let js = scaffold("demo-js", "js", dir.path());
+    run_in(&js, "npm", &["install", "--no-audit", "--no-fund"], &[]);
+    run_in(&js, "npm", &["run", "build"], &[]);
+    for (plugin, folder) in [("demo-py", &python), ("demo-js", &js)] {
+        let readme = std::fs::read_to_string(folder.join("README.md")).unwrap();
+        assert!(readme.contains("Build: `"), "{readme}");
+        let wasm = folder
+            .join("dist")
+            .join(format!("{}.wasm", plugin.replace('-', "_")));
+        let node = node_with_file(plugin, &wasm, plugin);
+        let hash = document_hash(&std::fs::read_to_string(folder.join("protocol.md")).unwrap());
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"text": "hi"}}),
+        );
+        assert_eq!(reply.json()["body"], json!({"reply": "you said: hi"}), "{plugin}");
+        // A typed bad-request failure from the script is answered as the protocol-level
+        // error the Agora transport makes of it, not as a trap.
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"words": 1}}),
+        );
+        assert_eq!(reply.status, 200, "{plugin}: {}", reply.body);
+        let body = reply.json();
+        assert!(
+            body["body"]["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("text"),
+            "{plugin}: {body}"
+        );
+    }
+}
