@@ -147,7 +147,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Plugin(PluginCommand::New { name, dir, lang }) => {
             let created = agora_node::scaffold::new_plugin(&name, &dir, &lang).map_err(|e| e.to_string())?;
             println!("created {}", created.display());
-            println!("build:  cargo build --profile plugin --target wasm32-wasip2 -p {name}");
+            println!("build:  {}", agora_node::scaffold::build_line(&lang, &name));
             Ok(())
         }
         Command::Protocol(ProtocolCommand::Hash { file }) => {

@@ -59,10 +59,19 @@ pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, Scaf
     if dir.exists() {
         return Err(ScaffoldError::Exists(dir));
     }
-    match lang {
-        "python" => return write_files(&dir, python_files(name)),
-        "js" | "javascript" => return write_files(&dir, javascript_files(name)),
-        _ => {}
+    let files = match lang {
+        "python" => Some(python_files(name)),
+        "js" | "javascript" => Some(javascript_files(name)),
+        _ => None,
+    };
+    if let Some(files) = files {
+        let created = write_files(&dir, files)?;
+        // A folder with no Cargo.toml under the workspace's `plugins/*` glob would break
+        // every cargo command: keep it out of the workspace.
+        if let Some(root) = enclosing_workspace(parent) {
+            exclude_from_workspace(&root, &created)?;
+        }
+        return Ok(created);
     }
     let in_workspace = enclosing_workspace(parent);
     let sdk = match &in_workspace {
@@ -134,6 +143,34 @@ export_plugin!(Handler);
             ("README.md", readme),
         ],
     )
+}
+
+/// Add `dir` to the `exclude` list of the workspace at `root` (creating the list if needed).
+fn exclude_from_workspace(root: &Path, dir: &Path) -> Result<(), ScaffoldError> {
+    let manifest = root.join("Cargo.toml");
+    let write_error = |source| ScaffoldError::Write {
+        path: manifest.clone(),
+        source,
+    };
+    let text = std::fs::read_to_string(&manifest).map_err(write_error)?;
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let relative = absolute
+        .strip_prefix(root)
+        .unwrap_or(&absolute)
+        .display()
+        .to_string();
+    let entry = format!("\"{relative}\"");
+    if text.contains(&entry) {
+        return Ok(());
+    }
+    let updated = match text.find("exclude = [") {
+        Some(at) => {
+            let insert = at + "exclude = [".len();
+            format!("{}{entry}, {}", &text[..insert], &text[insert..])
+        }
+        None => text.replacen("[workspace]\n", &format!("[workspace]\nexclude = [{entry}]\n"), 1),
+    };
+    std::fs::write(&manifest, updated).map_err(write_error)
 }
 
 fn write_files(dir: &Path, files: Vec<(&str, String)>) -> Result<PathBuf, ScaffoldError> {

@@ -154,7 +154,6 @@ pub(crate) fn end_call(store: &mut Store<PluginState>) {
     store.data_mut().exchange = Exchange::new();
 }
 
-
 /// Turn how a call ended into the node's error, and copy the plugin's stdio to the log.
 pub(crate) fn classify(store: &mut Store<PluginState>, error: wasmtime::Error) -> InvokeError {
     let state = store.data();

@@ -550,8 +550,7 @@ impl Runtime {
     /// After a call: a warm instance whose call ended cleanly goes back to its
     /// pool; everything else is dropped, returning its pooled slot.
     fn release(&self, plugin: &LoadedPlugin, call_instance: CallInstance, clean: bool) {
-        if let (CallInstance::Warm(lease), Some(pool), true) = (call_instance, &plugin.warm, clean)
-        {
+        if let (CallInstance::Warm(lease), Some(pool), true) = (call_instance, &plugin.warm, clean) {
             pool.check_in(lease);
         }
     }
@@ -699,10 +698,7 @@ impl Runtime {
                 Err(error) => (Err(failed(error.to_string())), false),
             },
             Ok(Err(message)) => (Err(failed(message)), true),
-            Err(error) => (
-                Err(failed(instance::classify(store, error).to_string())),
-                false,
-            ),
+            Err(error) => (Err(failed(instance::classify(store, error).to_string())), false),
         };
         self.release(plugin, call_instance, clean);
         result

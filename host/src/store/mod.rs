@@ -98,12 +98,18 @@ impl Store {
             .path(dir)
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        Ok(Store { db, flusher: Arc::default() })
+        Ok(Store {
+            db,
+            flusher: Arc::default(),
+        })
     }
 
     /// A throw-away store (tests, tools).
     pub fn temporary() -> Result<Store> {
-        Ok(Store { db: sled::Config::new().temporary(true).open()?, flusher: Arc::default() })
+        Ok(Store {
+            db: sled::Config::new().temporary(true).open()?,
+            flusher: Arc::default(),
+        })
     }
 
     fn tree(&self, collection: Collection) -> Result<sled::Tree> {
@@ -114,7 +120,9 @@ impl Store {
     pub async fn commit(&self) -> Result<()> {
         let flusher = self.flusher.get_or_init(|| spawn_flusher(self.db.clone()));
         let (done, flushed) = oneshot::channel();
-        flusher.send(done).map_err(|_| StoreError::Limit("the store is shutting down".into()))?;
+        flusher
+            .send(done)
+            .map_err(|_| StoreError::Limit("the store is shutting down".into()))?;
         match flushed.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => Err(StoreError::Limit(format!("flushing to disk failed: {message}"))),
@@ -356,7 +364,10 @@ mod tests {
         for task in tasks {
             task.await.unwrap().unwrap();
         }
-        assert_eq!(store.get::<u32>(Collection::Meta, &7u32.to_be_bytes()).unwrap(), Some(7));
+        assert_eq!(
+            store.get::<u32>(Collection::Meta, &7u32.to_be_bytes()).unwrap(),
+            Some(7)
+        );
     }
 
     #[test]
