@@ -20,6 +20,9 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+/// A request without a reply by then counts as failed (and its connection is replaced).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Builds request number `seq` of connection `conn`.
 pub type BodyFn = Arc<dyn Fn(usize, u64) -> Bytes + Send + Sync>;
 /// Says whether a reply (status, body) is a correct answer.
@@ -127,11 +130,16 @@ impl Connection {
         }
         let request = request.body(Full::new(body))?;
         let sender = self.ready().await?;
-        let response = match sender.send_request(request).await {
-            Ok(response) => response,
-            Err(error) => {
+        let response = match tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
                 self.sender = None;
                 return Err(error.into());
+            }
+            Err(_) => {
+                // The connection may still deliver the late reply: never reuse it.
+                self.sender = None;
+                anyhow::bail!("no reply within {} s", REQUEST_TIMEOUT.as_secs());
             }
         };
         let status = response.status().as_u16();
