@@ -1,0 +1,1030 @@
+//! The rows of issue 9's table, each measuring the node and its comparison in
+//! the same run, alternating segment by segment so that whatever else the
+//! machine is doing weighs on both sides alike.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agora_bench::floor;
+use agora_node::crypto::envelope as signed;
+use agora_node::crypto::identity::did_key;
+use agora_node::crypto::uagents::{AgentIdentity, Envelope as UagentsEnvelope};
+use anyhow::{Context, Result, anyhow};
+use base64::Engine as _;
+use bytes::Bytes;
+use ed25519_dalek::SigningKey;
+use serde_json::{Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::Settings;
+use crate::load::{self, Segment, Target};
+use crate::procs::{self, NodeSpec, Server};
+
+// ---------------------------------------------------------------- report
+
+/// One line of the table.
+pub struct Row {
+    pub id: u8,
+    pub measure: String,
+    pub node: String,
+    pub comparison: String,
+    pub ratio: String,
+    pub target: String,
+    /// "met", "missed", "not measured", "failed", "smoke".
+    pub status: String,
+    pub raw: Value,
+}
+
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub meta: Value,
+}
+
+impl Report {
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| # | Measure | Agora Node | Comparison | Ratio | Target | Status |\n|---|---|---|---|---|---|---|\n",
+        );
+        for row in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                row.id, row.measure, row.node, row.comparison, row.ratio, row.target, row.status
+            ));
+        }
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "meta": self.meta,
+            "table_markdown": self.markdown(),
+            "rows": self.rows.iter().map(|r| json!({
+                "row": r.id, "measure": r.measure, "node": r.node, "comparison": r.comparison,
+                "ratio": r.ratio, "target": r.target, "status": r.status, "raw": r.raw,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    pub fn broken(&self) -> bool {
+        self.rows.iter().any(|r| r.status == "failed")
+    }
+}
+
+fn verdict(settings: &Settings, met: bool) -> String {
+    match (settings.smoke, met) {
+        (true, _) => "smoke run (not a result)".into(),
+        (false, true) => "met".into(),
+        (false, false) => "**missed**".into(),
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
+    let started = Instant::now();
+    let load_before = loadavg();
+    let mut rows = Vec::new();
+    for &id in wanted {
+        eprintln!("== row {id} ({:.0} s in)", started.elapsed().as_secs_f64());
+        let outcome = match id {
+            1 => row1(settings).await,
+            2 => row2(settings).await,
+            3 => row3(settings).await,
+            4 => row4(settings).await,
+            5 => row5(settings).await,
+            6 => Ok(row6()),
+            7 => row7(settings).await,
+            8 => row8(settings).await,
+            other => Err(anyhow!("there is no row {other}")),
+        };
+        let row = outcome.unwrap_or_else(|error| Row {
+            id,
+            measure: format!("row {id}"),
+            node: "—".into(),
+            comparison: "—".into(),
+            ratio: "—".into(),
+            target: "—".into(),
+            status: "failed".into(),
+            raw: json!({"error": format!("{error:#}")}),
+        });
+        eprintln!(
+            "   {} | {} | {} | {}",
+            row.node, row.comparison, row.ratio, row.status
+        );
+        if row.status == "failed" {
+            eprintln!("   {}", row.raw);
+        }
+        rows.push(row);
+    }
+    let meta = json!({
+        "smoke": settings.smoke,
+        "segment_seconds": settings.duration.as_secs_f64(),
+        "warmup_seconds": settings.warmup.as_secs_f64(),
+        "rounds": settings.rounds,
+        "connections": settings.connections,
+        "node_binary": settings.node_bin.display().to_string(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
+        "total_seconds": started.elapsed().as_secs_f64(),
+        "git_commit": Command::new("git").args(["rev-parse", "HEAD"]).current_dir(procs::repo_root())
+            .output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+    });
+    Ok(Report { rows, meta })
+}
+
+// ---------------------------------------------------------------- alternation
+
+/// One side of a comparison, summed over its segments.
+struct Side {
+    total: Segment,
+    cpu_seconds: f64,
+    round_rates: Vec<f64>,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            total: Segment::empty(),
+            cpu_seconds: 0.0,
+            round_rates: Vec::new(),
+        }
+    }
+    fn rate(&self) -> f64 {
+        self.total.rate()
+    }
+    /// Successful requests per CPU-second the server process used while measured.
+    fn per_cpu(&self) -> f64 {
+        self.total.ok as f64 / self.cpu_seconds.max(1e-9)
+    }
+    fn json(&self) -> Value {
+        json!({
+            "ok": self.total.ok, "failed": self.total.failed,
+            "first_failure": self.total.first_failure,
+            "seconds": self.total.elapsed.as_secs_f64(),
+            "rate_per_s": self.rate(), "round_rates": self.round_rates,
+            "server_cpu_seconds": self.cpu_seconds, "per_cpu_second": self.per_cpu(),
+            "p50_ms": self.total.p(0.5), "p99_ms": self.total.p(0.99), "max_ms": self.total.p(1.0),
+        })
+    }
+}
+
+/// How a segment loads its server.
+#[derive(Clone, Copy)]
+enum Shape {
+    Closed,
+    Rate(f64),
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+async fn segment(
+    settings: &Settings,
+    connections: usize,
+    target: &Target,
+    server: &Server,
+    shape: Shape,
+    side: &mut Side,
+) {
+    let warm = SEQ.fetch_add(1 << 32, Ordering::Relaxed);
+    // Unrecorded warm-up, then the measured segment with the server's CPU read around it.
+    match shape {
+        Shape::Closed => {
+            load::closed_loop(target, connections, Duration::ZERO, settings.warmup, warm).await;
+        }
+        Shape::Rate(rate) => {
+            load::fixed_rate(target, connections, rate, Duration::ZERO, settings.warmup, warm).await;
+        }
+    }
+    let base = SEQ.fetch_add(1 << 32, Ordering::Relaxed);
+    let cpu_before = server.cpu_seconds();
+    let measured = match shape {
+        Shape::Closed => {
+            load::closed_loop(target, connections, Duration::ZERO, settings.duration, base).await
+        }
+        Shape::Rate(rate) => {
+            load::fixed_rate(target, connections, rate, Duration::ZERO, settings.duration, base).await
+        }
+    };
+    side.cpu_seconds += server.cpu_seconds() - cpu_before;
+    side.round_rates.push(measured.rate());
+    side.total.merge(&measured);
+}
+
+/// Alternate node and comparison segments, `settings.rounds` times each.
+async fn alternate(
+    settings: &Settings,
+    connections: usize,
+    node: (&Target, &Server),
+    other: (&Target, &Server),
+    shape: Shape,
+) -> (Side, Side) {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    for round in 0..settings.rounds {
+        // Swap who goes first each round so neither always runs on the "fresher" machine.
+        if round % 2 == 0 {
+            segment(settings, connections, node.0, node.1, shape, &mut a).await;
+            segment(settings, connections, other.0, other.1, shape, &mut b).await;
+        } else {
+            segment(settings, connections, other.0, other.1, shape, &mut b).await;
+            segment(settings, connections, node.0, node.1, shape, &mut a).await;
+        }
+    }
+    (a, b)
+}
+
+fn fmt_rate(rate: f64) -> String {
+    if rate >= 100.0 {
+        format!("{rate:.0}")
+    } else {
+        format!("{rate:.1}")
+    }
+}
+
+/// Connections for the rows whose requests commit to the store (3, 4). The node's
+/// `Store::commit` awaits sled 0.34's `flush_async`, which deadlocks when several
+/// are in flight at once (spacejam/sled#1308, #1241): with 8 or more concurrent
+/// signed requests, every connection ends up waiting for the 30 s request timeout.
+/// These rows therefore measure one request at a time on both sides, and report
+/// what happens at full concurrency separately ([`concurrency_probe`]).
+const SERIAL: usize = 1;
+
+/// `settings.connections` concurrent connections against the node for a short
+/// while: how many requests succeed, how many time out.
+async fn concurrency_probe(settings: &Settings, target: &Target) -> Value {
+    let connections = settings.connections.max(8);
+    let base = SEQ.fetch_add(1 << 32, Ordering::Relaxed);
+    let seconds = if settings.smoke { 0.5 } else { 3.0 };
+    let probe = load::closed_loop(
+        target,
+        connections,
+        Duration::ZERO,
+        Duration::from_secs_f64(seconds),
+        base,
+    )
+    .await;
+    json!({"connections": connections, "seconds": seconds, "ok": probe.ok, "failed": probe.failed,
+           "first_failure": probe.first_failure})
+}
+
+fn probe_text(probe: &Value) -> String {
+    format!(
+        "at {} connections: {} ok, {} failed ({})",
+        probe["connections"],
+        probe["ok"],
+        probe["failed"],
+        probe["first_failure"].as_str().unwrap_or("none")
+    )
+}
+
+// ---------------------------------------------------------------- shared requests
+
+fn sha1_hex(bytes: &[u8]) -> String {
+    Sha1::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn converter_document() -> Result<String> {
+    std::fs::read_to_string(procs::repo_root().join("protocols/unit-conversion.md"))
+        .context("reading protocols/unit-conversion.md")
+}
+
+fn converter_query() -> Value {
+    json!({"value": 5, "from": "km", "to": "m"})
+}
+
+fn agora_target(server: &Server, path: &str, body: Bytes, check: load::CheckFn) -> Target {
+    Target {
+        addr: server.addr,
+        path: path.into(),
+        headers: Vec::new(),
+        body: Arc::new(move |_, _| body.clone()),
+        check,
+    }
+}
+
+fn agora_success() -> load::CheckFn {
+    Arc::new(|status, body| {
+        status == 200 && serde_json::from_slice::<Value>(body).is_ok_and(|v| v["status"] == "success")
+    })
+}
+
+fn temp_dir() -> Result<tempfile::TempDir> {
+    let base = procs::repo_root().join("target/bench-tmp");
+    std::fs::create_dir_all(&base)?;
+    Ok(tempfile::tempdir_in(base)?)
+}
+
+/// The node with the unit converter, and the exact request/reply of row 1.
+async fn converter_node(settings: &Settings, data: &Path) -> Result<(Server, Bytes, Bytes)> {
+    let (node, _) = procs::start_node(&NodeSpec {
+        binary: &settings.node_bin,
+        data_dir: data,
+        plugins: &["unit-converter"],
+        env: &[],
+    })?;
+    let request = Bytes::from(
+        json!({"protocolHash": sha1_hex(converter_document()?.as_bytes()), "body": converter_query()})
+            .to_string(),
+    );
+    let probe = agora_target(&node, "/agora", request.clone(), agora_success());
+    let (status, reply) = load::one(&probe, request.clone()).await?;
+    let value: Value = serde_json::from_slice(&reply)?;
+    if status != 200 || value["body"]["value"] != json!(5000.0) {
+        return Err(anyhow!("the node did not convert: HTTP {status} {value}"));
+    }
+    Ok((node, request, reply))
+}
+
+// ---------------------------------------------------------------- row 1
+
+async fn row1(settings: &Settings) -> Result<Row> {
+    let data = temp_dir()?;
+    let (node, request, reply) = converter_node(settings, data.path()).await?;
+    let body_file = data.path().join("ceiling-reply.json");
+    std::fs::write(&body_file, &reply)?;
+    let port = procs::free_port()?;
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args(["ceiling", "--port", &port.to_string(), "--body-file"])
+        .arg(&body_file);
+    let (ceiling, _) = procs::spawn("ceiling", command, port, "listening on", Duration::from_secs(30))?;
+    let expected = reply.clone();
+    let node_target = agora_target(&node, "/agora", request.clone(), agora_success());
+    let ceiling_target = agora_target(
+        &ceiling,
+        "/agora",
+        request,
+        Arc::new(move |status, body| status == 200 && body == expected.as_ref()),
+    );
+    let (peak_node, peak_ceiling) = alternate(
+        settings,
+        settings.connections,
+        (&node_target, &node),
+        (&ceiling_target, &ceiling),
+        Shape::Closed,
+    )
+    .await;
+    // Latency at a fixed load: half the node's peak rate, offered to both.
+    let half = peak_node.rate() / 2.0;
+    let (fixed_node, fixed_ceiling) = alternate(
+        settings,
+        settings.connections,
+        (&node_target, &node),
+        (&ceiling_target, &ceiling),
+        Shape::Rate(half),
+    )
+    .await;
+    let ratio = peak_node.rate() / peak_ceiling.rate().max(1e-9);
+    let cpu_ratio = peak_node.per_cpu() / peak_ceiling.per_cpu().max(1e-9);
+    let p99 = fixed_node.total.p(0.99);
+    let met = ratio >= 0.5 && p99 <= 2.0 && peak_node.total.failed == 0;
+    Ok(Row {
+        id: 1,
+        measure: "Agora single-round request, Wasm plugin (unit-converter) vs bare axum handler (ceiling)"
+            .into(),
+        node: format!(
+            "{} req/s ({} req/CPU-s); at {} req/s: p50 {:.2} ms, p99 {:.2} ms",
+            fmt_rate(peak_node.rate()),
+            fmt_rate(peak_node.per_cpu()),
+            fmt_rate(half),
+            fixed_node.total.p(0.5),
+            p99
+        ),
+        comparison: format!(
+            "{} req/s ({} req/CPU-s); at {} req/s: p50 {:.2} ms, p99 {:.2} ms",
+            fmt_rate(peak_ceiling.rate()),
+            fmt_rate(peak_ceiling.per_cpu()),
+            fmt_rate(half),
+            fixed_ceiling.total.p(0.5),
+            fixed_ceiling.total.p(0.99)
+        ),
+        ratio: format!(
+            "{:.0} % of ceiling throughput ({:.0} % per CPU-s)",
+            ratio * 100.0,
+            cpu_ratio * 100.0
+        ),
+        target: "≥ 50 % of ceiling; p99 ≤ 2 ms at half peak".into(),
+        status: verdict(settings, met),
+        raw: json!({
+            "peak": {"node": peak_node.json(), "ceiling": peak_ceiling.json()},
+            "half_peak_rate": half,
+            "fixed_rate": {"node": fixed_node.json(), "ceiling": fixed_ceiling.json()},
+            "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
+            "node_rss_mb": node.rss_mb(), "ceiling_rss_mb": ceiling.rss_mb(),
+        }),
+    })
+}
+
+// ---------------------------------------------------------------- row 2
+
+async fn row2(settings: &Settings) -> Result<Row> {
+    let python = procs::python_venv("agora-protocol", &["agora-protocol==0.2.0"])?;
+    let data = temp_dir()?;
+    let (node, request, _) = converter_node(settings, data.path()).await?;
+    let storage = data.path().join("reference");
+    std::fs::create_dir_all(&storage)?;
+    let port = procs::free_port()?;
+    let mut command = Command::new(python);
+    command
+        .arg(procs::repo_root().join("bench/peers/agora_reference.py"))
+        .arg(port.to_string())
+        .arg(&storage)
+        .current_dir(&storage)
+        .env("PYTHONPATH", procs::repo_root().join("tests/interop/agora"))
+        .env("PYTHONWARNINGS", "ignore");
+    let (reference, _) = procs::spawn(
+        "agora-protocol ReceiverServer",
+        command,
+        port,
+        "",
+        Duration::from_secs(90),
+    )?;
+    // agora-protocol 0.2.0 reads only front-matter documents and base64 hashes, and
+    // needs the sources with every request (it looks the hash up first).
+    let document = format!(
+        "---\nname: Unit conversion\ndescription: converts a value between units\nmultiround: false\n---\n\n{}",
+        converter_document()?
+    );
+    let hash = base64::engine::general_purpose::STANDARD.encode(Sha1::digest(document.as_bytes()));
+    let source = format!(
+        "data:text/plain;charset=utf-8;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(document.as_bytes())
+    );
+    let reference_request = Bytes::from(
+        json!({"protocolHash": hash, "protocolSources": [source], "body": converter_query().to_string()})
+            .to_string(),
+    );
+    let reference_target = agora_target(
+        &reference,
+        "/",
+        reference_request.clone(),
+        Arc::new(|status, body| {
+            status == 200
+                && serde_json::from_slice::<Value>(body).is_ok_and(|v| {
+                    v["status"] == "success" && v["body"].as_str().is_some_and(|b| b.contains("5000"))
+                })
+        }),
+    );
+    let (status, reply) = load::one(&reference_target, reference_request).await?;
+    if !(reference_target.check)(status, &reply) {
+        return Err(anyhow!(
+            "the reference server did not convert: HTTP {status} {}",
+            String::from_utf8_lossy(&reply)
+        ));
+    }
+    let node_target = agora_target(&node, "/agora", request, agora_success());
+    let (a, b) = alternate(
+        settings,
+        settings.connections,
+        (&node_target, &node),
+        (&reference_target, &reference),
+        Shape::Closed,
+    )
+    .await;
+    let ratio = a.rate() / b.rate().max(1e-9);
+    let cpu_ratio = a.per_cpu() / b.per_cpu().max(1e-9);
+    Ok(Row {
+        id: 2,
+        measure: "The same exchange vs agora-protocol 0.2.0 ReceiverServer (Flask, scripted model)".into(),
+        node: format!(
+            "{} req/s, p50 {:.2} ms, p99 {:.2} ms",
+            fmt_rate(a.rate()),
+            a.total.p(0.5),
+            a.total.p(0.99)
+        ),
+        comparison: format!(
+            "{} req/s, p50 {:.2} ms, p99 {:.2} ms",
+            fmt_rate(b.rate()),
+            b.total.p(0.5),
+            b.total.p(0.99)
+        ),
+        ratio: format!("{ratio:.1}× ({cpu_ratio:.1}× per CPU-s)"),
+        target: "≥ 50×".into(),
+        status: verdict(settings, ratio >= 50.0 && a.total.failed == 0),
+        raw: json!({"node": a.json(), "reference": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio}),
+    })
+}
+
+// ---------------------------------------------------------------- row 3
+
+/// One key per connection, fixed so runs are comparable.
+fn envelope_keys(count: usize) -> Vec<SigningKey> {
+    (0..count)
+        .map(|i| {
+            let mut seed = [7u8; 32];
+            seed[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            SigningKey::from_bytes(&seed)
+        })
+        .collect()
+}
+
+/// This thread's own CPU seconds (other driver threads do not count).
+fn thread_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    let rest = stat.rfind(')').map(|i| &stat[i + 2..]).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// The cryptographic floor on one thread for `seconds`: (per wall second, per CPU second).
+fn crypto_floor(request: &[u8], reply: &Value, key: &SigningKey, seconds: f64) -> (f64, f64) {
+    let started = Instant::now();
+    let cpu_before = thread_cpu_seconds();
+    let mut count = 0u64;
+    while started.elapsed().as_secs_f64() < seconds {
+        for _ in 0..64 {
+            std::hint::black_box(floor::verify_and_sign(request, reply, key));
+        }
+        count += 64;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu_used = (thread_cpu_seconds() - cpu_before).max(1e-9);
+    (count as f64 / wall, count as f64 / cpu_used)
+}
+
+async fn row3(settings: &Settings) -> Result<Row> {
+    let data = temp_dir()?;
+    let (node, _) = procs::start_node(&NodeSpec {
+        binary: &settings.node_bin,
+        data_dir: data.path(),
+        plugins: &["envelope-services"],
+        env: &[("AGORA_ENVELOPES__RATE_LIMIT_PER_MINUTE", "1000000000".into())],
+    })?;
+    let keys = Arc::new(envelope_keys(settings.connections));
+    let probe_request = floor::sum_request(&keys[0]);
+    let request_bytes = Bytes::from(probe_request.to_string());
+    let check: load::CheckFn = Arc::new(|status, body| {
+        status == 200 && serde_json::from_slice::<Value>(body).is_ok_and(|v| v["type"] == "RESULT")
+    });
+    let make = keys.clone();
+    let target = Target {
+        addr: node.addr,
+        path: "/envelopes".into(),
+        headers: Vec::new(),
+        // Every request is a fresh envelope (new id, current time) signed by its connection's agent.
+        body: Arc::new(move |conn, _| Bytes::from(floor::sum_request(&make[conn % make.len()]).to_string())),
+        check: check.clone(),
+    };
+    let (status, reply) = load::one(&target, request_bytes.clone()).await?;
+    if !check(status, &reply) {
+        return Err(anyhow!(
+            "no RESULT: HTTP {status} {}",
+            String::from_utf8_lossy(&reply)
+        ));
+    }
+    let reply_value: Value = serde_json::from_slice(&reply)?;
+    signed::verify_bytes(&reply).map_err(|e| anyhow!("the node's RESULT does not verify: {e}"))?;
+    // The node's reply, to be re-signed by the floor loop with a key of ours.
+    let floor_key = SigningKey::from_bytes(&[9u8; 32]);
+    let mut reply_template = reply_value.clone();
+    reply_template["sender"]["signature"] = json!("");
+    reply_template["sender"]["id"] = json!(did_key(&floor_key.verifying_key()));
+
+    let mut node_side = Side::new();
+    let mut floor_wall = Vec::new();
+    let mut floor_cpu = Vec::new();
+    for _ in 0..settings.rounds {
+        segment(settings, SERIAL, &target, &node, Shape::Closed, &mut node_side).await;
+        let request = request_bytes.clone();
+        let template = reply_template.clone();
+        let key = floor_key.clone();
+        let seconds = settings.duration.as_secs_f64();
+        let (wall, cpu) =
+            tokio::task::spawn_blocking(move || crypto_floor(&request, &template, &key, seconds)).await?;
+        floor_wall.push(wall);
+        floor_cpu.push(cpu);
+    }
+    let floor_per_core = floor_cpu.iter().sum::<f64>() / floor_cpu.len() as f64;
+    let ratio = node_side.per_cpu() / floor_per_core.max(1e-9);
+    let probe = concurrency_probe(settings, &target).await;
+    Ok(Row {
+        id: 3,
+        measure:
+            "Signed envelope REQUEST → RESULT over HTTP (agora:sum:v1) vs Ed25519 verify + sign + JCS (floor)"
+                .into(),
+        node: format!(
+            "1 connection: {} req/s on {:.2} cores = {} req/CPU-s; p50 {:.2} ms, p99 {:.2} ms; {}",
+            fmt_rate(node_side.rate()),
+            node_side.cpu_seconds / node_side.total.elapsed.as_secs_f64().max(1e-9),
+            fmt_rate(node_side.per_cpu()),
+            node_side.total.p(0.5),
+            node_side.total.p(0.99),
+            probe_text(&probe)
+        ),
+        comparison: format!("{} verify+sign/CPU-s (one core)", fmt_rate(floor_per_core)),
+        ratio: format!("{:.0} % of the floor per core", ratio * 100.0),
+        target: "≥ 70 % of the floor per core".into(),
+        status: verdict(settings, ratio >= 0.7 && node_side.total.failed == 0),
+        raw: json!({
+            "node": node_side.json(),
+            "floor_per_cpu_second": floor_cpu, "floor_per_wall_second": floor_wall,
+            "floor_per_core": floor_per_core, "per_core_ratio": ratio,
+            "request_bytes": request_bytes.len(), "reply_bytes": reply.len(),
+            "node_log_tail": node.log_tail(),
+            "concurrency_probe": probe,
+        }),
+    })
+}
+
+// ---------------------------------------------------------------- row 4
+
+const MESSAGE_DIGEST: &str = "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn uagents_target(server: &Server, to: String, senders: Arc<Vec<AgentIdentity>>) -> Target {
+    Target {
+        addr: server.addr,
+        path: "/submit".into(),
+        headers: vec![("x-uagents-connection".into(), "sync".into())],
+        body: Arc::new(move |conn, seq| {
+            let from = &senders[conn % senders.len()];
+            let mut envelope = UagentsEnvelope {
+                version: 1,
+                sender: from.address().to_string(),
+                target: to.clone(),
+                session: uuid::Uuid::new_v4().to_string(),
+                schema_digest: MESSAGE_DIGEST.to_string(),
+                protocol_digest: None,
+                payload: None,
+                expires: Some(now_secs() + 60),
+                nonce: None,
+                signature: None,
+            };
+            envelope.encode_payload(&json!({"text": format!("bench {seq}")}).to_string());
+            envelope.sign(from);
+            Bytes::from(envelope.to_json())
+        }),
+        check: Arc::new(|status, body| {
+            status == 200 && serde_json::from_slice::<Value>(body).is_ok_and(|v| v["payload"].is_string())
+        }),
+    }
+}
+
+fn echo_reply_text(body: &[u8]) -> Option<String> {
+    let envelope = UagentsEnvelope::from_value(serde_json::from_slice(body).ok()?).ok()?;
+    let payload: Value = serde_json::from_str(&envelope.decode_payload().ok()?).ok()?;
+    payload["text"].as_str().map(String::from)
+}
+
+async fn row4(settings: &Settings) -> Result<Row> {
+    let python = procs::python_venv("uagents", &["uagents==0.26.1"])?;
+    let data = temp_dir()?;
+    let node_seed = "agora-bench-node-seed-v1";
+    let (node, _) = procs::start_node(&NodeSpec {
+        binary: &settings.node_bin,
+        data_dir: data.path(),
+        plugins: &["uagents-echo"],
+        env: &[("AGORA_UAGENTS__SEED", node_seed.into())],
+    })?;
+    let agent_seed = "agora-bench-uagent-seed-v1";
+    let port = procs::free_port()?;
+    let mut command = Command::new(python);
+    command
+        .arg(procs::repo_root().join("bench/peers/uagent_echo.py"))
+        .arg(agent_seed)
+        .arg(port.to_string())
+        .current_dir(data.path())
+        .env("PYTHONPATH", procs::repo_root().join("tests/interop/uagents"))
+        .env("PYTHONWARNINGS", "ignore");
+    let (agent, _) = procs::spawn("uAgent echo", command, port, "", Duration::from_secs(90))?;
+    // One sender identity per connection: a uAgent matches a sync reply to its query by sender.
+    let senders: Arc<Vec<AgentIdentity>> = Arc::new(
+        (0..settings.connections)
+            .map(|i| AgentIdentity::from_seed(&format!("agora-bench-sender-{i}")))
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow!("{e}"))?,
+    );
+    let node_address = AgentIdentity::from_seed(node_seed)
+        .map_err(|e| anyhow!("{e}"))?
+        .address()
+        .to_string();
+    let agent_address = AgentIdentity::from_seed(agent_seed)
+        .map_err(|e| anyhow!("{e}"))?
+        .address()
+        .to_string();
+    let node_target = uagents_target(&node, node_address, senders.clone());
+    let agent_target = uagents_target(&agent, agent_address, senders);
+    for (name, target) in [("node", &node_target), ("uAgent", &agent_target)] {
+        let (status, reply) = load::one(target, (target.body)(0, 0)).await?;
+        let text = echo_reply_text(&reply);
+        if status != 200 || text.as_deref() != Some("echo: bench 0") {
+            return Err(anyhow!(
+                "the {name} did not echo: HTTP {status} {}",
+                String::from_utf8_lossy(&reply)
+            ));
+        }
+    }
+    let (a, b) = alternate(
+        settings,
+        SERIAL,
+        (&node_target, &node),
+        (&agent_target, &agent),
+        Shape::Closed,
+    )
+    .await;
+    let probe = concurrency_probe(settings, &node_target).await;
+    // The uAgent is not limited that way: its own rate at full concurrency, for a fair ceiling.
+    let agent_probe = concurrency_probe(settings, &agent_target).await;
+    let agent_best =
+        agent_probe["ok"].as_f64().unwrap_or(0.0) / agent_probe["seconds"].as_f64().unwrap_or(1.0);
+    let ratio = a.rate() / b.rate().max(1e-9);
+    let cpu_ratio = a.per_cpu() / b.per_cpu().max(1e-9);
+    Ok(Row {
+        id: 4,
+        measure: "uAgents /submit sync echo (uagents-echo plugin) vs a real uAgent (uagents 0.26.1)".into(),
+        node: format!(
+            "1 connection: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms; {}",
+            fmt_rate(a.rate()),
+            fmt_rate(a.per_cpu()),
+            a.total.p(0.5),
+            a.total.p(0.99),
+            probe_text(&probe)
+        ),
+        comparison: format!(
+            "1 connection: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms; at {} connections: {} req/s",
+            fmt_rate(b.rate()),
+            fmt_rate(b.per_cpu()),
+            b.total.p(0.5),
+            b.total.p(0.99),
+            agent_probe["connections"],
+            fmt_rate(agent_best)
+        ),
+        ratio: format!("{ratio:.1}× ({cpu_ratio:.1}× per CPU-s)"),
+        target: "≥ 30×".into(),
+        status: verdict(settings, ratio >= 30.0 && a.total.failed == 0),
+        raw: json!({"node": a.json(), "uagent": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
+                    "node_concurrency_probe": probe, "uagent_concurrency_probe": agent_probe}),
+    })
+}
+
+// ---------------------------------------------------------------- row 5
+
+const MARKER: &[u8] = b"AGORA-VERSION-MARKER-00000000000";
+const VERSIONED_DOCUMENT: &str = "name: Versioned fixture\ndescription: reports its build marker\nmultiround: false\n---\nAnswers {\"version\": marker}.\n";
+
+fn versioned_build(original: &[u8], version: u32) -> Result<Vec<u8>> {
+    let at = original
+        .windows(MARKER.len())
+        .position(|w| w == MARKER)
+        .ok_or_else(|| anyhow!("marker not found in the versioned fixture"))?;
+    let mut bytes = original.to_vec();
+    bytes[at..at + MARKER.len()].copy_from_slice(format!("AGORA-VERSION-MARKER-{version:011}").as_bytes());
+    Ok(bytes)
+}
+
+async fn row5(settings: &Settings) -> Result<Row> {
+    let swaps: u32 = if settings.smoke { 2 } else { 20 };
+    let load_rate = if settings.smoke { 100.0 } else { 400.0 };
+    let original = std::fs::read(procs::plugin_wasm("fixture-versioned")?)?;
+    let data = temp_dir()?;
+    let plugins_dir = data.path().join("plugins");
+    procs::install_bytes(&plugins_dir, "versioned", &versioned_build(&original, 0)?)?;
+    let (node, _) = procs::start_node(&NodeSpec {
+        binary: &settings.node_bin,
+        data_dir: data.path(),
+        plugins: &[],
+        env: &[],
+    })?;
+    let request = Bytes::from(
+        json!({"protocolHash": sha1_hex(VERSIONED_DOCUMENT.as_bytes()), "body": "which version?"})
+            .to_string(),
+    );
+    let target = agora_target(&node, "/agora", request.clone(), agora_success());
+    let (status, reply) = load::one(&target, request.clone()).await?;
+    if !(target.check)(status, &reply) {
+        return Err(anyhow!(
+            "the versioned fixture does not answer: {}",
+            String::from_utf8_lossy(&reply)
+        ));
+    }
+    // Background load during the swaps, at a fixed rate, counting failures.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load_target = target.clone();
+    let connections = 4;
+    let load_task = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut total = Segment::empty();
+            while !stop.load(Ordering::Relaxed) {
+                let part = load::fixed_rate(
+                    &load_target,
+                    connections,
+                    load_rate,
+                    Duration::ZERO,
+                    Duration::from_millis(250),
+                    0,
+                )
+                .await;
+                total.merge(&part);
+            }
+            total
+        })
+    };
+    let mut poller = load::Client::new(target.clone());
+    let mut times_ms = Vec::new();
+    for version in 1..=swaps {
+        let bytes = versioned_build(&original, version)?;
+        let expected = format!("AGORA-VERSION-MARKER-{version:011}");
+        procs::install_bytes(&plugins_dir, "versioned", &bytes)?;
+        let replaced = Instant::now();
+        loop {
+            if let Ok((200, body)) = poller.send(request.clone()).await {
+                if body.windows(expected.len()).any(|w| w == expected.as_bytes()) {
+                    break;
+                }
+            }
+            if replaced.elapsed() > Duration::from_secs(30) {
+                return Err(anyhow!("version {version} never served:\n{}", node.log_tail()));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        times_ms.push(replaced.elapsed().as_secs_f64() * 1000.0);
+        // Let the load see the new version for a moment before the next swap.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let during = load_task.await?;
+    let mut sorted = times_ms.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let median = sorted[sorted.len() / 2];
+    let max = *sorted.last().unwrap_or(&0.0);
+    let min = sorted.first().copied().unwrap_or(0.0);
+    let debounce_ms = 150.0;
+    let met = median <= 250.0 && during.failed == 0;
+    Ok(Row {
+        id: 5,
+        measure: format!(
+            "Hot reload: plugin file replaced → first reply from the new version ({swaps} swaps)"
+        ),
+        node: format!(
+            "median {median:.0} ms, min {min:.0} ms, max {max:.0} ms; {} failed of {} requests at {load_rate:.0} req/s",
+            during.failed,
+            during.ok + during.failed
+        ),
+        comparison: format!(
+            "of which {debounce_ms:.0} ms is the configured reload debounce (plugins.reload_debounce_ms)"
+        ),
+        ratio: "—".into(),
+        target: "median ≤ 250 ms, 0 failed".into(),
+        status: verdict(settings, met),
+        raw: json!({
+            "swap_ms": times_ms, "median_ms": median, "max_ms": max, "min_ms": min,
+            "load": {"ok": during.ok, "failed": during.failed, "first_failure": during.first_failure,
+                     "rate": load_rate, "connections": connections,
+                     "p50_ms": during.p(0.5), "p99_ms": during.p(0.99), "max_ms": during.p(1.0)},
+            "reload_debounce_ms": debounce_ms,
+        }),
+    })
+}
+
+// ---------------------------------------------------------------- row 6
+
+fn row6() -> Row {
+    let present = std::fs::read_to_string(procs::repo_root().join("host/src/transports/hai.rs"))
+        .map(|text| text.contains("WebSocket") && !text.contains("Being written"))
+        .unwrap_or(false);
+    Row {
+        id: 6,
+        measure: "HAI: time to first chunk; RSS with 1,000 / 10,000 idle sessions".into(),
+        node: "not measured".into(),
+        comparison: "—".into(),
+        ratio: "—".into(),
+        target: "first chunk ≤ 2 ms host overhead; 10,000 idle < 200 MB".into(),
+        status: "not measured".into(),
+        raw: json!({
+            "reason": if present {
+                "the HAI transport is in this tree but the harness has no HAI driver yet"
+            } else {
+                "the HAI transport (GET /ws) is not in this branch"
+            }
+        }),
+    }
+}
+
+// ---------------------------------------------------------------- row 7
+
+/// Package names of the bundled example plugins (every crate under plugins/).
+fn example_plugins() -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(procs::repo_root().join("plugins"))? {
+        let manifest = entry?.path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        if let Some(name) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \"").and_then(|r| r.strip_suffix('"')))
+        {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+async fn row7(settings: &Settings) -> Result<Row> {
+    let repeats = if settings.smoke { 1 } else { 5 };
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    let mut ceiling = Vec::new();
+    let examples = example_plugins()?;
+    let examples: Vec<&str> = examples.iter().map(String::as_str).collect();
+    let reply_dir = temp_dir()?;
+    let body_file = reply_dir.path().join("reply.json");
+    std::fs::write(&body_file, b"{}")?;
+    for _ in 0..repeats {
+        // Cold: a new data folder, so no compile cache (and a fresh store and key).
+        let data = temp_dir()?;
+        let spec = NodeSpec {
+            binary: &settings.node_bin,
+            data_dir: data.path(),
+            plugins: &examples,
+            env: &[],
+        };
+        let (node, took) = procs::start_node(&spec)?;
+        drop(node);
+        cold.push(took.as_secs_f64() * 1000.0);
+        // Warm: the same folder again, its compile cache filled by the cold start.
+        let (node, took) = procs::start_node(&spec)?;
+        drop(node);
+        warm.push(took.as_secs_f64() * 1000.0);
+        // The floor: the bare axum process starting on the same machine.
+        let port = procs::free_port()?;
+        let mut command = Command::new(std::env::current_exe()?);
+        command
+            .args(["ceiling", "--port", &port.to_string(), "--body-file"])
+            .arg(&body_file);
+        let (server, took) = procs::spawn("ceiling", command, port, "listening on", Duration::from_secs(30))?;
+        drop(server);
+        ceiling.push(took.as_secs_f64() * 1000.0);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (cold_ms, warm_ms, ceiling_ms) = (
+        median(&mut cold.clone()),
+        median(&mut warm.clone()),
+        median(&mut ceiling.clone()),
+    );
+    let examples_json = json!(examples);
+    Ok(Row {
+        id: 7,
+        measure: format!(
+            "Start-up to ready (\"listening on\"), all {} example plugins",
+            examples.len()
+        ),
+        node: format!("cold (no compile cache) {cold_ms:.0} ms; warm {warm_ms:.0} ms (medians of {repeats})"),
+        comparison: format!("bare axum process start {ceiling_ms:.0} ms"),
+        ratio: format!("warm is {:.0} % of cold", warm_ms / cold_ms.max(1e-9) * 100.0),
+        target: "warm ≤ 300 ms".into(),
+        status: verdict(settings, warm_ms <= 300.0),
+        raw: json!({"cold_ms": cold, "warm_ms": warm, "ceiling_start_ms": ceiling,
+                    "cold_median_ms": cold_ms, "warm_median_ms": warm_ms, "plugins": examples_json}),
+    })
+}
+
+// ---------------------------------------------------------------- row 8
+
+async fn row8(settings: &Settings) -> Result<Row> {
+    let bench = agora_bench::plugin_call::Bench::new().await?;
+    let calls = if settings.smoke { 200 } else { 5000 };
+    let empty = bench.measure(0, calls).await?;
+    let big = bench.measure(64 * 1024, calls).await?;
+    Ok(Row {
+        id: 8,
+        measure:
+            "Plugin call overhead: instantiate + call + return, empty handler (Runtime::invoke, in process)"
+                .into(),
+        node: format!(
+            "empty body: p50 {:.1} µs, p99 {:.1} µs",
+            empty.p50_us, empty.p99_us
+        ),
+        comparison: format!("64 KiB body: p50 {:.1} µs, p99 {:.1} µs", big.p50_us, big.p99_us),
+        ratio: format!("64 KiB costs +{:.1} µs", big.p50_us - empty.p50_us),
+        target: "— (no target; informs rows 1–5)".into(),
+        status: if settings.smoke {
+            "smoke run (not a result)".into()
+        } else {
+            "measured".into()
+        },
+        raw: json!({"calls": calls, "empty": empty.json(), "body_64k": big.json()}),
+    })
+}
