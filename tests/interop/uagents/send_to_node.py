@@ -11,6 +11,7 @@ Prints one JSON line with what came back.
 
 import asyncio
 import os
+import time
 import sys
 
 from uagents import Context
@@ -59,10 +60,14 @@ def async_mode(port: int):
              same_session=str(ctx.session) == sent.get("session"))
         os._exit(0)
 
-    @agent.on_interval(period=25.0)
+    # uagents runs interval handlers once at start-up too, so judge by elapsed time,
+    # not by the first call.
+    started = time.monotonic()
+
+    @agent.on_interval(period=1.0)
     async def give_up(_ctx: Context):
-        if sent:
-            emit(mode="async", failed="no reply within 25 s")
+        if sent and time.monotonic() - started > 40:
+            emit(mode="async", failed="no reply within 40 s")
             os._exit(1)
 
     agent.run()
