@@ -19,10 +19,6 @@ fn protocol_text(file: &str) -> String {
         .expect("reading a protocol document")
 }
 
-fn sha1_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha1::digest(bytes))
-}
-
 fn sha1_base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(Sha1::digest(bytes))
 }
@@ -178,8 +174,8 @@ fn protocol_hash_in_hex_or_base64_routes_to_the_plugin() {
     let document = protocol_text("unit-conversion.md");
     let query = json!({"value": 100, "from": "C", "to": "F"});
     for hash in [
-        sha1_hex(document.as_bytes()),
-        sha1_hex(document.as_bytes()).to_uppercase(),
+        support::document_hash(&document),
+        support::document_hash(&document).to_uppercase(),
         sha1_base64(document.as_bytes()),
     ] {
         let body = success_body(&start(&node, json!({"protocolHash": hash, "body": query})));
@@ -189,13 +185,13 @@ fn protocol_hash_in_hex_or_base64_routes_to_the_plugin() {
     // A structured body held in a string, as agora-protocol sends every body.
     let body = success_body(&start(
         &node,
-        json!({"protocolHash": sha1_hex(document.as_bytes()), "body": query.to_string()}),
+        json!({"protocolHash": support::document_hash(&document), "body": query.to_string()}),
     ));
     assert_eq!(body["value"], 212.0, "{body}");
     // A protocol-level error is a success at the Agora layer, described in `body` (§10.3).
     let body = success_body(&start(
         &node,
-        json!({"protocolHash": sha1_hex(document.as_bytes()), "body": {"value": 1, "from": "kg", "to": "m"}}),
+        json!({"protocolHash": support::document_hash(&document), "body": {"value": 1, "from": "kg", "to": "m"}}),
     ));
     assert!(
         body["error"].as_str().unwrap().contains("cannot convert"),
@@ -203,7 +199,7 @@ fn protocol_hash_in_hex_or_base64_routes_to_the_plugin() {
     );
     let body = success_body(&start(
         &node,
-        json!({"protocolHash": sha1_hex(document.as_bytes()), "body": "not a query"}),
+        json!({"protocolHash": support::document_hash(&document), "body": "not a query"}),
     ));
     assert!(body["error"].is_string(), "{body}");
 }
@@ -224,21 +220,21 @@ fn wellknown_lists_hex_hashes_of_the_exact_document_bytes_in_both_layouts() {
     assert!(reply.content_type.starts_with("application/json"));
     let listed = reply.json();
     let expected = json!({
-        sha1_hex(spec_layout.as_bytes()): [spec_layout],
-        sha1_hex(front_matter.as_bytes()): [front_matter],
+        support::document_hash(&spec_layout): [spec_layout],
+        support::document_hash(&front_matter): [front_matter],
     });
     // Plugins without documents (the default, the any-document one) add nothing.
     assert_eq!(listed, expected);
     // Each listed hash routes; one byte more is another document, which the node does not know.
     let routed = success_body(&start(
         &node,
-        json!({"protocolHash": sha1_hex(front_matter.as_bytes()), "multiround": true, "body": {"start": {"min": 1, "max": 2}}}),
+        json!({"protocolHash": support::document_hash(&front_matter), "multiround": true, "body": {"start": {"min": 1, "max": 2}}}),
     ));
     assert_eq!(routed, json!({"started": true, "min": 1, "max": 2}));
     let changed = format!("{front_matter}\n");
     let error = failure_error(&start(
         &node,
-        json!({"protocolHash": sha1_hex(changed.as_bytes()), "body": {"guess": 1}}),
+        json!({"protocolHash": support::document_hash(&changed), "body": {"guess": 1}}),
     ));
     assert_eq!(error, "Unsupported protocol");
 }
@@ -253,7 +249,7 @@ fn unknown_hash_is_unsupported_even_when_its_sources_verify() {
         .plugin("agora-assistant")
         .plugin("unit-converter")
         .start();
-    let hash = sha1_hex(UNKNOWN_DOCUMENT.as_bytes());
+    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
     let body = json!({"city": "London", "date": "2025-03-14"});
     let without_sources = start(&node, json!({"protocolHash": hash, "body": body}));
     assert_eq!(failure_error(&without_sources), "Unsupported protocol");
@@ -277,7 +273,7 @@ fn sources_that_do_not_match_the_hash_are_refused_and_urls_are_not_fetched() {
         .plugin("agora-assistant")
         .plugin("unit-converter")
         .start();
-    let hash = sha1_hex(UNKNOWN_DOCUMENT.as_bytes());
+    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
     let other = UNKNOWN_DOCUMENT.replace("Weather", "Climate");
     for sources in [
         json!([other]),
@@ -298,7 +294,7 @@ fn sources_that_do_not_match_the_hash_are_refused_and_urls_are_not_fetched() {
     let known = protocol_text("unit-conversion.md");
     let reply = start(
         &node,
-        json!({"protocolHash": sha1_hex(known.as_bytes()), "protocolSources": [other], "body": {"value": 1, "from": "m", "to": "cm"}}),
+        json!({"protocolHash": support::document_hash(&known), "protocolSources": [other], "body": {"value": 1, "from": "m", "to": "cm"}}),
     );
     assert_eq!(failure_error(&reply), "protocolSources do not match protocolHash");
     // A URL source is never fetched unless `agora.source_hosts` allows its host.
@@ -337,7 +333,7 @@ fn a_plugin_accepting_any_document_serves_verified_unknown_documents() {
         .plugin("agora-assistant")
         .plugin("protocol-inspector")
         .start();
-    let hash = sha1_hex(UNKNOWN_DOCUMENT.as_bytes());
+    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
     let body = json!({"city": "London", "date": "2025-03-14"});
     // The reference library's percent-encoded data: URI, with its base64 hash.
     let reply = start(
@@ -366,7 +362,7 @@ fn a_plugin_accepting_any_document_serves_verified_unknown_documents() {
     let not_a_document = "just some text";
     let reply = start(
         &node,
-        json!({"protocolHash": sha1_hex(not_a_document.as_bytes()), "protocolSources": [not_a_document], "body": "x"}),
+        json!({"protocolHash": support::document_hash(&not_a_document), "protocolSources": [not_a_document], "body": "x"}),
     );
     assert!(failure_error(&reply).starts_with("Invalid protocol document"));
     // In a conversation, follow-ups see the document again.
@@ -391,7 +387,7 @@ fn multiround_conversation_lifecycle() {
         .plugin("guess-number")
         .start();
     let document = protocol_text("guess-number.md");
-    let hash = sha1_hex(document.as_bytes());
+    let hash = support::document_hash(&document);
     let before = now_secs();
     let first = start(
         &node,
@@ -465,7 +461,7 @@ fn multiround_conversation_lifecycle() {
     let reply = follow(
         &node,
         &id,
-        json!({"protocolHash": sha1_hex(unit.as_bytes()), "body": {"guess": 1}}),
+        json!({"protocolHash": support::document_hash(&unit), "body": {"guess": 1}}),
     );
     assert!(transport_error(&reply, 400).contains("protocol cannot change"));
 
@@ -626,7 +622,7 @@ fn bad_input_gets_a_clear_error_and_the_node_keeps_serving() {
     assert_serves(&node);
 
     // Huge protocolSources: too many entries, or one over max_document_bytes (256 KiB).
-    let hash = sha1_hex(UNKNOWN_DOCUMENT.as_bytes());
+    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
     let many = vec![UNKNOWN_DOCUMENT; 9];
     let reply = post_json(
         &url,
@@ -659,7 +655,7 @@ fn reference_dialect_switch_changes_failure_shape_and_serves_the_root_path() {
     let spec_node = TestNode::builder().plugin("agora-assistant").start();
     let reply = start(
         &spec_node,
-        json!({"protocolHash": sha1_hex(b"nothing"), "body": "x"}),
+        json!({"protocolHash": support::document_hash("nothing"), "body": "x"}),
     );
     assert_eq!(
         reply.json(),

@@ -8,27 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{self, TestNode, has_plugin, post_json};
+use crate::support::{self, TestNode, document_hash, has_plugin, post_json};
 
 const MARKER: &[u8] = b"AGORA-VERSION-MARKER-00000000000";
-
-fn document_hash(text: &str) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"))
-        .args(["protocol", "hash", "/dev/stdin"])
-        .stdin({
-            let file = tempfile::NamedTempFile::new().unwrap();
-            std::fs::write(file.path(), text).unwrap();
-            std::fs::File::open(file.path()).unwrap()
-        })
-        .output()
-        .unwrap();
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .to_string()
-}
 
 /// The protocol documents of the fixtures, as their manifests carry them.
 fn versioned_hash() -> String {
@@ -644,4 +626,23 @@ fn concurrent_durable_writes_never_wedge_the_node() {
     let statuses: Vec<u16> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
     assert_eq!(statuses.len(), 160);
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+}
+
+#[test]
+fn protocol_hash_prints_the_documents_sha1_in_hex_and_base64() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let text = "name: x\ndescription: y\nmultiround: false\n---\nz\n";
+    std::fs::write(file.path(), text).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .args(["protocol", "hash"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], document_hash(text));
+    let digest = hex::decode(lines[0]).unwrap();
+    use base64::Engine as _;
+    assert_eq!(lines[1], base64::engine::general_purpose::STANDARD.encode(digest));
 }

@@ -10,31 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{self, TestNode, has_plugin, post_json};
+use crate::support::{self, TestNode, document_hash, has_plugin, post_json};
 
 const POLICY_MARKER: &[u8] = b"policy=warm;max=00001000;conc=02;idle=00060000;";
 const COUNTER_DOCUMENT: &str = "name: Warm counter fixture\ndescription: counts the requests its instance has seen\nmultiround: false\n---\nbody: \"count\" | \"trap\". Answers {\"count\": n}.\n";
-
-fn document_hash(text: &str) -> String {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), text).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
-        .args(["protocol", "hash"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .to_string()
-}
 
 /// The warm-counter fixture with its instance policy rewritten in the binary:
 /// `policy` is "warm" or "frsh"; the same code either way.

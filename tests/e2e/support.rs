@@ -50,6 +50,13 @@ pub fn plugin_wasm(package: &str) -> PathBuf {
     path
 }
 
+/// A protocol document's routing key: SHA1 of its exact bytes, hex (Agora two-party §8.2),
+/// computed here independently of the node.
+pub fn document_hash(text: &str) -> String {
+    use sha1::Digest;
+    hex::encode(sha1::Sha1::digest(text.as_bytes()))
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
