@@ -27,12 +27,12 @@ fn builder() -> crate::support::NodeBuilder {
         .plugin("inspection-tools")
 }
 
-struct Client {
+pub(crate) struct Client {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
 }
 
 impl Client {
-    async fn connect(node: &TestNode) -> Client {
+    pub(crate) async fn connect(node: &TestNode) -> Client {
         Self::connect_url(&node.ws_url("/ws")).await
     }
 
@@ -56,12 +56,12 @@ impl Client {
             .expect("send");
     }
 
-    async fn say(&mut self, session: &str, content: &str) {
+    pub(crate) async fn say(&mut self, session: &str, content: &str) {
         self.send(json!({"type": "user_message", "content": content, "session_id": session, "metadata": {}}))
             .await;
     }
 
-    async fn approve(&mut self, approval_id: &str, approved: bool, feedback: Option<&str>) {
+    pub(crate) async fn approve(&mut self, approval_id: &str, approved: bool, feedback: Option<&str>) {
         let mut frame =
             json!({"type": "tool_approval_response", "approval_id": approval_id, "approved": approved});
         if let Some(feedback) = feedback {
@@ -102,7 +102,7 @@ impl Client {
     }
 
     /// Frames of one turn, up to `status: completed`.
-    async fn turn(&mut self) -> Vec<Value> {
+    pub(crate) async fn turn(&mut self) -> Vec<Value> {
         self.until(|f| f["type"] == "status" && f["status"] == "completed")
             .await
     }
@@ -114,15 +114,15 @@ impl Client {
     }
 }
 
-fn session_id(label: &str) -> String {
+pub(crate) fn session_id(label: &str) -> String {
     format!("{label}-{}", std::process::id())
 }
 
-fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
     frames.iter().filter(|f| f["type"] == kind).collect()
 }
 
-fn position(frames: &[Value], matches: impl Fn(&Value) -> bool) -> usize {
+pub(crate) fn position(frames: &[Value], matches: impl Fn(&Value) -> bool) -> usize {
     frames
         .iter()
         .position(matches)
@@ -130,7 +130,7 @@ fn position(frames: &[Value], matches: impl Fn(&Value) -> bool) -> usize {
 }
 
 /// The streamed answer of a turn: chunks share one message_id, only the last is final.
-fn streamed_text(frames: &[Value]) -> String {
+pub(crate) fn streamed_text(frames: &[Value]) -> String {
     let chunks = of_type(frames, "assistant_message_chunk");
     assert!(!chunks.is_empty(), "no chunks in {frames:#?}");
     let message_id = &chunks[0]["message_id"];
@@ -229,7 +229,11 @@ async fn flow2_search_runs_the_low_risk_tool_without_approval() {
     assert!(streamed_text(&frames).contains("could not search"));
 }
 
-async fn request_report(client: &mut Client, session: &str, inspection: &str) -> (Vec<Value>, Value) {
+pub(crate) async fn request_report(
+    client: &mut Client,
+    session: &str,
+    inspection: &str,
+) -> (Vec<Value>, Value) {
     client
         .say(
             session,

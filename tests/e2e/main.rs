@@ -9,4 +9,5 @@ mod envelopes;
 mod hai;
 mod host;
 mod scripting;
+mod scripting_tools;
 mod uagents;
