@@ -105,13 +105,13 @@ impl Metrics {
     ) {
         let outcome = match result {
             Ok(_) => "ok",
-            Err(InvokeError::Failure { .. }) => "failure",
-            Err(InvokeError::Timeout) => "timeout",
-            Err(InvokeError::MemoryExceeded) => "memory",
-            Err(InvokeError::Trapped(_)) => "trap",
-            Err(InvokeError::OutputTooLarge { .. }) => "output_too_large",
-            Err(InvokeError::Overloaded) => "overloaded",
+            Err(error) => error.outcome(),
         };
+        self.observe_outcome(transport, plugin, outcome, elapsed);
+    }
+
+    /// Count one call by its outcome label (`ok`, or [`InvokeError::outcome`]).
+    pub fn observe_outcome(&self, transport: &str, plugin: &str, outcome: &str, elapsed: Duration) {
         let labels = CallLabels {
             transport: transport.into(),
             plugin: plugin.into(),

@@ -476,4 +476,16 @@ fn a_trapping_warm_tool_instance_is_discarded_never_reused() {
     // The calling plugin is unaffected: its request got the tool's error as an answer.
     let health = support::get(&tool.node.url("/health")).json();
     assert_eq!(health["status"], "ok", "{health}");
+    // Tool calls are counted in /metrics under transport "tool", the trap among the traps.
+    let metrics = support::get(&tool.node.url("/metrics")).body;
+    for line in [
+        "agora_plugin_calls_total{transport=\"tool\",plugin=\"fixture-warm-counter\",outcome=\"ok\"} 5",
+        "agora_plugin_calls_total{transport=\"tool\",plugin=\"fixture-warm-counter\",outcome=\"trap\"} 1",
+        "agora_plugin_traps_total{transport=\"tool\",plugin=\"fixture-warm-counter\",outcome=\"trap\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
 }

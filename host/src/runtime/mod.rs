@@ -146,6 +146,20 @@ pub enum InvokeError {
     Overloaded,
 }
 
+impl InvokeError {
+    /// The `outcome` label of this error in `/metrics`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            InvokeError::Failure { .. } => "failure",
+            InvokeError::Timeout => "timeout",
+            InvokeError::MemoryExceeded => "memory",
+            InvokeError::Trapped(_) => "trap",
+            InvokeError::OutputTooLarge { .. } => "output_too_large",
+            InvokeError::Overloaded => "overloaded",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     #[error("no tool named {0:?} is loaded")]
@@ -679,14 +693,39 @@ impl Runtime {
         arguments: &serde_json::Value,
         exchange: Exchange,
     ) -> Result<String, ToolError> {
+        let started = Instant::now();
+        let outcome = self.run_tool_call(plugin, name, arguments, exchange).await;
+        let label = match &outcome {
+            Ok(Ok(_)) => "ok",
+            // The tool answered with an error of its own: a failure, not a fault.
+            Ok(Err(_)) => "failure",
+            Err(error) => error.outcome(),
+        };
+        let elapsed = started.elapsed();
+        self.inner
+            .metrics
+            .observe_outcome("tool", &plugin.manifest.name, label, elapsed);
         let failed = |message: String| ToolError::Failed {
             tool: name.to_string(),
             message,
         };
-        let (mut call_instance, _slot) = self
-            .call_instance(plugin, exchange)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
+        match outcome {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(message)) => Err(failed(message)),
+            Err(error) => Err(failed(error.to_string())),
+        }
+    }
+
+    /// One `run-tool` call: the tool's own answer (`Ok(Err)` is an error it reported),
+    /// or how the instance failed.
+    async fn run_tool_call(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        name: &str,
+        arguments: &serde_json::Value,
+        exchange: Exchange,
+    ) -> Result<Result<String, String>, InvokeError> {
+        let (mut call_instance, _slot) = self.call_instance(plugin, exchange).await?;
         let (store, instance) = call_instance.parts();
         let outcome = instance
             .call_run_tool(&mut *store, name, &arguments.to_string())
@@ -694,11 +733,11 @@ impl Runtime {
         instance::drain_stdio(store);
         let (result, clean) = match outcome {
             Ok(Ok(output)) => match self.check_output(output) {
-                Ok(output) => (Ok(output), true),
-                Err(error) => (Err(failed(error.to_string())), false),
+                Ok(output) => (Ok(Ok(output)), true),
+                Err(error) => (Err(error), false),
             },
-            Ok(Err(message)) => (Err(failed(message)), true),
-            Err(error) => (Err(failed(instance::classify(store, error).to_string())), false),
+            Ok(Err(message)) => (Ok(Err(message)), true),
+            Err(error) => (Err(instance::classify(store, error)), false),
         };
         self.release(plugin, call_instance, clean);
         result
