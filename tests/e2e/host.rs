@@ -76,15 +76,12 @@ fn hot_reload_under_load_fails_no_request_and_serves_each_new_version() {
             for version in 1..=20u32 {
                 support::install_bytes(&node.plugins_dir, "versioned", &versioned_build(version));
                 let expected = format!("AGORA-VERSION-MARKER-{version:011}");
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while ask_version(&node, &hash).ok().as_deref() != Some(expected.as_str()) {
-                    assert!(
-                        Instant::now() < deadline,
-                        "version {version} never served; log:\n{}",
-                        node.log_text()
-                    );
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                node.wait_until(
+                    &format!("version {version} to be served"),
+                    Duration::from_secs(30),
+                    Duration::from_millis(5),
+                    || ask_version(&node, &hash).ok().as_deref() == Some(expected.as_str()),
+                );
             }
         },
     );
@@ -531,15 +528,12 @@ fn dev_mode_rebuilds_a_saved_plugin_and_serves_it_live() {
     // One save: edit the handler and wait for the new answer.
     let source = std::fs::read_to_string(&lib).unwrap();
     std::fs::write(&lib, source.replace("you said", "you wrote")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while ask()["body"]["reply"] != "you wrote: hi" {
-        assert!(
-            Instant::now() < deadline,
-            "the edit never went live; log:\n{}",
-            node.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    node.wait_until(
+        "the edit to go live",
+        Duration::from_secs(600),
+        Duration::from_millis(200),
+        || ask()["body"]["reply"] == "you wrote: hi",
+    );
 }
 
 #[test]

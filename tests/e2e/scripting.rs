@@ -157,15 +157,12 @@ fn a_reload_drops_the_old_versions_warm_pool() {
         "warm-counter",
         &counter_build("warm", 1000, 2, 59_000),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") <= reloads {
-        assert!(
-            Instant::now() < deadline,
-            "the reload never happened; log:\n{}",
-            node.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    node.wait_until(
+        "the reload",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") > reloads,
+    );
     assert_eq!(counts(&node, 2), vec![1, 2]);
 }
 
@@ -438,15 +435,12 @@ fn python_plugin_hot_reloads_under_load_with_no_failed_request() {
                 "py-text-stats",
                 &with_custom_section(&wasm, version),
             );
-            let deadline = Instant::now() + Duration::from_secs(300);
-            while metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") <= reloads {
-                assert!(
-                    Instant::now() < deadline,
-                    "version {version} never loaded; log:\n{}",
-                    node.log_text()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            node.wait_until(
+                &format!("version {version} to load"),
+                Duration::from_secs(300),
+                Duration::from_millis(50),
+                || metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") > reloads,
+            );
         }
     });
     load.assert_no_failure(21);
@@ -652,15 +646,12 @@ fn dev_mode_rebuilds_saved_python_and_javascript_plugins_and_serves_them_live() 
                 let path = folder.join(handler);
                 let source = std::fs::read_to_string(&path).unwrap();
                 std::fs::write(&path, source.replace("you said", "you wrote")).unwrap();
-                let deadline = Instant::now() + Duration::from_secs(600);
-                while ask().as_deref() != Ok("you wrote: hi") {
-                    assert!(
-                        Instant::now() < deadline,
-                        "{plugin}: the edit never went live; log:\n{}",
-                        node.log_text()
-                    );
-                    std::thread::sleep(Duration::from_millis(200));
-                }
+                node.wait_until(
+                    &format!("the edit of {plugin} to go live"),
+                    Duration::from_secs(600),
+                    Duration::from_millis(200),
+                    || ask().as_deref() == Ok("you wrote: hi"),
+                );
             },
         );
         load.assert_no_failure(10);

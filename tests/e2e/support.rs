@@ -264,6 +264,26 @@ impl TestNode {
         }
     }
 
+    /// Poll `check` every `every` until it holds, or panic with `what` and the log
+    /// once `patience` has passed (a deadline to give up, not a timed assertion).
+    pub fn wait_until(
+        &self,
+        what: &str,
+        patience: Duration,
+        every: Duration,
+        mut check: impl FnMut() -> bool,
+    ) {
+        let deadline = Instant::now() + patience;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(every);
+        }
+    }
+
     /// Stop with SIGTERM and wait (graceful shutdown).
     pub fn stop(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
