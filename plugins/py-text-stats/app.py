@@ -1,5 +1,6 @@
 """Serves protocols/text-stats.md in Python: a component for the node's WIT
-world (plugin-sdk/wit/agora-node.wit), built by componentize-py.
+world (plugin-sdk/wit/agora-node.wit), built by componentize-py. Its types
+and the shared plumbing (agora_plugin) come from plugin-sdk/bindings/python.
 
 Invalid input is a protocol-level error answered inside `body`, as the
 document prescribes; the handler never raises on input.
@@ -11,23 +12,12 @@ from collections import Counter
 
 import wit_world
 from wit_world.imports import host, types
-from componentize_py_types import Err
 
+import agora_plugin
 from document import DOCUMENT
 
 MAX_TEXT = 100_000
 PUNCTUATION = string.punctuation
-
-
-def parse_body(text):
-    """The body as an object, or a string holding one (agora-protocol 0.2.0 sends strings)."""
-    try:
-        body = json.loads(text)
-        if isinstance(body, str):
-            body = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return body if isinstance(body, dict) else None
 
 
 def statistics(request):
@@ -52,23 +42,15 @@ def statistics(request):
 
 class WitWorld(wit_world.WitWorld):
     def manifest(self) -> types.Manifest:
-        return types.Manifest(
-            name="py-text-stats",
-            version="0.1.0",
-            description="Word, character and line counts (protocols/text-stats.md), in Python",
+        return agora_plugin.manifest(
+            "py-text-stats",
+            "0.1.0",
+            "Word, character and line counts (protocols/text-stats.md), in Python",
             protocols=[DOCUMENT],
-            default_agora=False,
-            accepts_any_document=False,
-            resources=[],
-            models=[],
-            leagues=[],
-            assistant=False,
-            tools=[],
-            instance=types.InstancePolicy_Fresh(),
         )
 
     def handle(self, message: types.Message) -> str:
-        request = parse_body(message.body)
+        request = agora_plugin.json_object(message.body)
         if request is None:
             return json.dumps({"error": 'body must be an object {"text", "top"?}'})
         reply = statistics(request)
@@ -77,4 +59,4 @@ class WitWorld(wit_world.WitWorld):
         return json.dumps(reply)
 
     def run_tool(self, name: str, arguments: str) -> str:
-        raise Err(f"unknown tool {name!r}")
+        raise agora_plugin.unknown_tool(name)

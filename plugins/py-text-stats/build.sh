@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 python3 gen_document.py
 mkdir -p dist
-"${COMPONENTIZE_PY:-componentize-py}" -d ../../plugin-sdk/wit -w plugin componentize -p . -p build app -o dist/py_text_stats.wasm
+"${COMPONENTIZE_PY:-componentize-py}" -d ../../plugin-sdk/wit -w plugin componentize -p . -p build -p ../../plugin-sdk/bindings/python app -o dist/py_text_stats.wasm

@@ -3,7 +3,6 @@
 //! the scaffold, health and metrics — all against the real binary.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -70,60 +69,23 @@ fn hot_reload_under_load_fails_no_request_and_serves_each_new_version() {
     support::install_bytes(&node.plugins_dir, "versioned", &versioned_build(0));
     node.wait_for_health("the versioned fixture", |h| has_plugin(h, "fixture-versioned"));
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let failures = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
-    let served = Arc::new(AtomicUsize::new(0));
-    let node = Arc::new(node);
-    let clients: Vec<_> = (0..4)
-        .map(|_| {
-            let (node, hash, stop, failures, served) = (
-                node.clone(),
-                hash.clone(),
-                stop.clone(),
-                failures.clone(),
-                served.clone(),
-            );
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match ask_version(&node, &hash) {
-                        Ok(_) => {
-                            served.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(error) => failures.lock().push(error),
-                    }
-                }
-            })
-        })
-        .collect();
-
-    for version in 1..=20u32 {
-        support::install_bytes(&node.plugins_dir, "versioned", &versioned_build(version));
-        let expected = format!("AGORA-VERSION-MARKER-{version:011}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if ask_version(&node, &hash).ok().as_deref() == Some(expected.as_str()) {
-                break;
+    let ((), load) = support::under_load(
+        4,
+        |_, _| ask_version(&node, &hash).map(drop),
+        || {
+            for version in 1..=20u32 {
+                support::install_bytes(&node.plugins_dir, "versioned", &versioned_build(version));
+                let expected = format!("AGORA-VERSION-MARKER-{version:011}");
+                node.wait_until(
+                    &format!("version {version} to be served"),
+                    Duration::from_secs(30),
+                    Duration::from_millis(5),
+                    || ask_version(&node, &hash).ok().as_deref() == Some(expected.as_str()),
+                );
             }
-            assert!(
-                Instant::now() < deadline,
-                "version {version} never served; log:\n{}",
-                node.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.join().unwrap();
-    }
-    let failures = failures.lock();
-    assert!(
-        failures.is_empty(),
-        "{} failed requests during reloads, first: {:?}",
-        failures.len(),
-        failures.first()
+        },
     );
-    assert!(served.load(Ordering::Relaxed) > 100, "the load loop barely ran");
+    load.assert_no_failure(101);
 }
 
 #[test]
@@ -566,15 +528,12 @@ fn dev_mode_rebuilds_a_saved_plugin_and_serves_it_live() {
     // One save: edit the handler and wait for the new answer.
     let source = std::fs::read_to_string(&lib).unwrap();
     std::fs::write(&lib, source.replace("you said", "you wrote")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while ask()["body"]["reply"] != "you wrote: hi" {
-        assert!(
-            Instant::now() < deadline,
-            "the edit never went live; log:\n{}",
-            node.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    node.wait_until(
+        "the edit to go live",
+        Duration::from_secs(600),
+        Duration::from_millis(200),
+        || ask()["body"]["reply"] == "you wrote: hi",
+    );
 }
 
 #[test]

@@ -3,10 +3,9 @@
 //! WIT world, each built here from source and served over real sockets.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -158,41 +157,40 @@ fn a_reload_drops_the_old_versions_warm_pool() {
         "warm-counter",
         &counter_build("warm", 1000, 2, 59_000),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") <= reloads {
-        assert!(
-            Instant::now() < deadline,
-            "the reload never happened; log:\n{}",
-            node.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    node.wait_until(
+        "the reload",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") > reloads,
+    );
     assert_eq!(counts(&node, 2), vec![1, 2]);
 }
 
 // --- JavaScript and Python plugins, built from source here ---
 
-/// `npm ci` and `npm run build` in a JS plugin folder, once per run; the built component.
+/// `npm install` in an example JS plugin folder, once per run; the folder.
+fn js_installed(plugin: &str) -> PathBuf {
+    static INSTALLED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let dir = support::repo_root().join("plugins").join(plugin);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if !installed.iter().any(|done| done == plugin) {
+        // `npm install` follows the committed lock; `npm ci` rejects it here because the
+        // registry mirror lacks other platforms' optional binaries the lock would list.
+        run_in(&dir, "npm", &["install", "--no-audit", "--no-fund"], &[]);
+        installed.push(plugin.to_string());
+    }
+    dir
+}
+
+/// `npm run check` (tsc against the WIT declarations) and `npm run build` in a JS
+/// plugin folder, once per run; the built component.
 fn built_js(plugin: &str, wasm: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir = support::repo_root().join("plugins").join(plugin);
-            // `npm install` follows the committed lock; `npm ci` rejects it here because the
-            // registry mirror lacks other platforms' optional binaries the lock would list.
-            for args in [&["install", "--no-audit", "--no-fund"][..], &["run", "build"][..]] {
-                let output = Command::new("npm")
-                    .args(args)
-                    .current_dir(&dir)
-                    .output()
-                    .expect("running npm");
-                assert!(
-                    output.status.success(),
-                    "npm {args:?} failed:\n{}\n{}",
-                    String::from_utf8_lossy(&output.stdout),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
+            let dir = js_installed(plugin);
+            run_in(&dir, "npm", &["run", "check"], &[]);
+            run_in(&dir, "npm", &["run", "build"], &[]);
             dir.join("dist").join(wasm)
         })
         .clone()
@@ -210,17 +208,11 @@ fn built_python(plugin: &str, wasm: &str) -> PathBuf {
     BUILT
         .get_or_init(|| {
             let dir = support::repo_root().join("plugins").join(plugin);
-            let output = Command::new("bash")
-                .arg("build.sh")
-                .env("COMPONENTIZE_PY", componentize_py())
-                .current_dir(&dir)
-                .output()
-                .expect("running build.sh");
-            assert!(
-                output.status.success(),
-                "{plugin}/build.sh failed:\n{}\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
+            run_in(
+                &dir,
+                "bash",
+                &["build.sh"],
+                &[("COMPONENTIZE_PY", &componentize_py())],
             );
             dir.join("dist").join(wasm)
         })
@@ -421,70 +413,37 @@ fn with_custom_section(bytes: &[u8], tag: u32) -> Vec<u8> {
 fn python_plugin_hot_reloads_under_load_with_no_failed_request() {
     let built = built_python("py-text-stats", "py_text_stats.wasm");
     let wasm = std::fs::read(&built).unwrap();
-    let node = Arc::new(node_with_file("py-text-stats", &built, "py-text-stats"));
+    let node = node_with_file("py-text-stats", &built, "py-text-stats");
     let hash = text_stats_hash();
-    let stop = Arc::new(AtomicBool::new(false));
-    let failures = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
-    let served = Arc::new(AtomicUsize::new(0));
-    let clients: Vec<_> = (0..4)
-        .map(|client| {
-            let (node, hash, stop, failures, served) = (
-                node.clone(),
-                hash.clone(),
-                stop.clone(),
-                failures.clone(),
-                served.clone(),
-            );
-            std::thread::spawn(move || {
-                let mut round = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    round += 1;
-                    let text = format!("client {client} round {round} round");
-                    let reply = post_json(
-                        &node.url("/agora"),
-                        &json!({"protocolHash": hash, "body": {"text": text, "top": 1}}),
-                    );
-                    if reply.status == 200 && reply.json()["body"] == text_stats(&text, 1) {
-                        served.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        failures
-                            .lock()
-                            .push(format!("HTTP {}: {}", reply.status, reply.body));
-                    }
-                }
-            })
-        })
-        .collect();
-
-    for version in 1..=3u32 {
-        let reloads = metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}");
-        support::install_bytes(
-            &node.plugins_dir,
-            "py-text-stats",
-            &with_custom_section(&wasm, version),
+    let request = |client: usize, round: u64| {
+        let text = format!("client {client} round {round} round");
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"text": text, "top": 1}}),
         );
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") <= reloads {
-            assert!(
-                Instant::now() < deadline,
-                "version {version} never loaded; log:\n{}",
-                node.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        if reply.status == 200 && reply.json()["body"] == text_stats(&text, 1) {
+            Ok(())
+        } else {
+            Err(format!("HTTP {}: {}", reply.status, reply.body))
         }
-    }
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.join().unwrap();
-    }
-    let failures = failures.lock();
-    assert!(
-        failures.is_empty(),
-        "{} failed requests during reloads, first: {:?}",
-        failures.len(),
-        failures.first()
-    );
-    assert!(served.load(Ordering::Relaxed) > 20, "the load loop barely ran");
+    };
+    let ((), load) = support::under_load(4, request, || {
+        for version in 1..=3u32 {
+            let reloads = metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}");
+            support::install_bytes(
+                &node.plugins_dir,
+                "py-text-stats",
+                &with_custom_section(&wasm, version),
+            );
+            node.wait_until(
+                &format!("version {version} to load"),
+                Duration::from_secs(300),
+                Duration::from_millis(50),
+                || metric(&node, "agora_plugin_reloads_total{outcome=\"ok\"}") > reloads,
+            );
+        }
+    });
+    load.assert_no_failure(21);
     assert!(support::get(&node.url("/health")).json()["status"] == "ok");
 }
 
@@ -503,16 +462,21 @@ fn scaffold(name: &str, lang: &str, parent: &Path) -> PathBuf {
     parent.join(name)
 }
 
-fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) {
+fn output_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> Output {
     let mut command = Command::new(program);
     command.args(args).current_dir(dir);
     for (key, value) in env {
         command.env(key, value);
     }
-    let output = command.output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    command.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
+fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) {
+    let output = output_in(dir, program, args, env);
     assert!(
         output.status.success(),
-        "{program} {args:?} failed:\n{}\n{}",
+        "{program} {args:?} in {} failed:\n{}\n{}",
+        dir.display(),
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
@@ -528,8 +492,34 @@ fn scaffolded_python_and_javascript_plugins_build_with_their_readme_line_and_loa
         &["build.sh"],
         &[("COMPONENTIZE_PY", &componentize_py())],
     );
+    // The typed bindings ship with it, as the SDK commits them.
+    let sdk = support::repo_root().join("plugin-sdk/bindings");
+    for relative in [
+        "wit_world/__init__.py",
+        "wit_world/imports/types.py",
+        "agora_plugin.py",
+    ] {
+        assert_eq!(
+            std::fs::read(python.join("bindings").join(relative)).unwrap(),
+            std::fs::read(sdk.join("python").join(relative)).unwrap(),
+            "{relative}"
+        );
+    }
     let js = scaffold("demo-js", "js", dir.path());
     run_in(&js, "npm", &["install", "--no-audit", "--no-fund"], &[]);
+    // `npm run check` type-checks the handler against the world's declarations:
+    // it passes as scaffolded and fails on a field the WIT does not have.
+    run_in(&js, "npm", &["run", "check"], &[]);
+    let handler = js.join("src/plugin.js");
+    let source = std::fs::read_to_string(&handler).unwrap();
+    std::fs::write(&handler, source.replace("message.body", "message.text")).unwrap();
+    let mistyped = output_in(&js, "npm", &["run", "check"], &[]);
+    let said = String::from_utf8_lossy(&mistyped.stdout);
+    assert!(
+        !mistyped.status.success() && said.contains("'text' does not exist on type 'Message'"),
+        "{said}"
+    );
+    std::fs::write(&handler, source).unwrap();
     run_in(&js, "npm", &["run", "build"], &[]);
     for (plugin, folder) in [("demo-py", &python), ("demo-js", &js)] {
         let readme = std::fs::read_to_string(folder.join("README.md")).unwrap();
@@ -559,5 +549,111 @@ fn scaffolded_python_and_javascript_plugins_build_with_their_readme_line_and_loa
                 .contains("text"),
             "{plugin}: {body}"
         );
+    }
+}
+
+/// Every file below `dir`, by relative path (caches left out).
+fn files_below(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.ends_with("__pycache__") {
+                continue;
+            }
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap().display().to_string();
+                files.insert(relative, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn committed_bindings_are_what_the_pinned_tools_generate_from_the_wit() {
+    let sdk = support::repo_root().join("plugin-sdk/bindings");
+    let tools = js_installed("js-unit-converter").join("node_modules");
+    let out = tempfile::tempdir().unwrap();
+    run_in(
+        &sdk,
+        "bash",
+        &["regenerate.sh", out.path().to_str().unwrap()],
+        &[("COMPONENTIZE_PY", &componentize_py()), ("JS_TOOLS", &tools)],
+    );
+    let generated = files_below(out.path());
+    for expected in ["python/wit_world/__init__.py", "js/plugin.d.ts"] {
+        assert!(generated.contains_key(expected), "{:?}", generated.keys());
+    }
+    // Everything under python/ and js/ but the hand-written helpers is generated.
+    let committed: std::collections::BTreeMap<_, _> = files_below(&sdk)
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("python/") || path.starts_with("js/"))
+        .filter(|(path, _)| path != "python/agora_plugin.py" && path != "js/agora-plugin.js")
+        .collect();
+    assert_eq!(
+        committed.keys().collect::<Vec<_>>(),
+        generated.keys().collect::<Vec<_>>(),
+        "run plugin-sdk/bindings/regenerate.sh"
+    );
+    for (path, bytes) in &generated {
+        assert!(
+            committed[path] == *bytes,
+            "{path} differs from what plugin-sdk/wit generates: run plugin-sdk/bindings/regenerate.sh"
+        );
+    }
+}
+
+#[test]
+fn dev_mode_rebuilds_saved_python_and_javascript_plugins_and_serves_them_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources = dir.path().join("sources");
+    let python = scaffold("live-py", "python", &sources);
+    let js = scaffold("live-js", "js", &sources);
+    let node = TestNode::builder()
+        .arg("--plugins-dir")
+        .arg(dir.path().join("live-plugins").to_str().unwrap())
+        .env("AGORA_PLUGINS__SOURCES_DIR", sources.to_str().unwrap())
+        .env("COMPONENTIZE_PY", componentize_py().to_str().unwrap())
+        .start_dev();
+    node.wait_for_health_within("the first builds", Duration::from_secs(900), |h| {
+        has_plugin(h, "live-py") && has_plugin(h, "live-js")
+    });
+    for (plugin, folder, handler) in [("live-py", &python, "app.py"), ("live-js", &js, "src/plugin.js")] {
+        let hash = document_hash(&std::fs::read_to_string(folder.join("protocol.md")).unwrap());
+        let ask = || {
+            let reply = post_json(
+                &node.url("/agora"),
+                &json!({"protocolHash": hash, "body": {"text": "hi"}}),
+            );
+            match reply.json()["body"]["reply"].as_str() {
+                Some(said) if reply.status == 200 => Ok(said.to_string()),
+                _ => Err(format!("{plugin}: HTTP {}: {}", reply.status, reply.body)),
+            }
+        };
+        assert_eq!(ask().as_deref(), Ok("you said: hi"));
+        // One save under load: every request meanwhile gets the old or the new answer.
+        let ((), load) = support::under_load(
+            2,
+            |_, _| match ask()?.as_str() {
+                "you said: hi" | "you wrote: hi" => Ok(()),
+                other => Err(format!("{plugin}: unexpected reply {other:?}")),
+            },
+            || {
+                let path = folder.join(handler);
+                let source = std::fs::read_to_string(&path).unwrap();
+                std::fs::write(&path, source.replace("you said", "you wrote")).unwrap();
+                node.wait_until(
+                    &format!("the edit of {plugin} to go live"),
+                    Duration::from_secs(600),
+                    Duration::from_millis(200),
+                    || ask().as_deref() == Ok("you wrote: hi"),
+                );
+            },
+        );
+        load.assert_no_failure(10);
     }
 }

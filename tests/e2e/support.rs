@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -263,6 +264,26 @@ impl TestNode {
         }
     }
 
+    /// Poll `check` every `every` until it holds, or panic with `what` and the log
+    /// once `patience` has passed (a deadline to give up, not a timed assertion).
+    pub fn wait_until(
+        &self,
+        what: &str,
+        patience: Duration,
+        every: Duration,
+        mut check: impl FnMut() -> bool,
+    ) {
+        let deadline = Instant::now() + patience;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(every);
+        }
+    }
+
     /// Stop with SIGTERM and wait (graceful shutdown).
     pub fn stop(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
@@ -291,6 +312,74 @@ pub fn has_plugin(health: &serde_json::Value, name: &str) -> bool {
     health["plugins"]
         .as_array()
         .is_some_and(|plugins| plugins.iter().any(|p| p["name"] == name))
+}
+
+// --- Load while something changes (hot reloads, dev rebuilds) ---
+
+/// What the load clients of [`under_load`] saw.
+pub struct LoadReport {
+    pub served: usize,
+    pub failures: Vec<String>,
+}
+
+impl LoadReport {
+    /// No request failed, and the load really ran (at least `min_served` answers).
+    pub fn assert_no_failure(&self, min_served: usize) {
+        assert!(
+            self.failures.is_empty(),
+            "{} failed requests, first: {:?}",
+            self.failures.len(),
+            self.failures.first()
+        );
+        assert!(
+            self.served >= min_served,
+            "the load loop barely ran: {} answers",
+            self.served
+        );
+    }
+}
+
+/// Run `clients` threads, each calling `request(client, round)` in a loop, for as
+/// long as `during` runs; an `Err` is a failed request.
+pub fn under_load<T>(
+    clients: usize,
+    request: impl Fn(usize, u64) -> Result<(), String> + Sync,
+    during: impl FnOnce() -> T,
+) -> (T, LoadReport) {
+    /// Stops the clients even when `during` panics (else the scope would wait forever).
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let served = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let outcome = std::thread::scope(|scope| {
+        for client in 0..clients {
+            let (stop, served, failures, request) = (&stop, &served, &failures, &request);
+            scope.spawn(move || {
+                let mut round = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    match request(client, round) {
+                        Ok(()) => {
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(error) => failures.lock().unwrap().push(error),
+                    }
+                }
+            });
+        }
+        let _stop = StopOnDrop(&stop);
+        during()
+    });
+    let report = LoadReport {
+        served: served.into_inner(),
+        failures: failures.into_inner().unwrap(),
+    };
+    (outcome, report)
 }
 
 // --- Blocking HTTP helpers over real sockets (ureq) ---

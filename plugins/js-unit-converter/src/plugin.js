@@ -2,11 +2,18 @@
 // of the document the Rust `unit-converter` plugin serves, built into a
 // component for the node's WIT world (plugin-sdk/wit/agora-node.wit) by
 // componentize-js. Invalid input is a protocol-level error inside `body`.
+// Typed (`npm run check`) by plugin-sdk/bindings/js, whose agora-plugin.js
+// helpers gen-document.mjs copies into build/ (the component sees only this folder).
 
 import { log } from "agora:node/host@0.1.0";
+import { jsonObject, manifest as manifestOf, unknownTool } from "../build/agora-plugin.js";
 import { DOCUMENT } from "../build/document.js";
 
+/** @typedef {import("agora:node/plugin@0.1.0").Message} Message */
+/** @typedef {import("agora:node/plugin@0.1.0").Manifest} Manifest */
+
 // symbol -> [dimension, factor to the dimension's base unit]; temperature uses offsets.
+/** @type {Record<string, [string, number]>} */
 const UNITS = {
   m: ["length", 1], km: ["length", 1000], cm: ["length", 0.01], mm: ["length", 0.001],
   mi: ["length", 1609.344], yd: ["length", 0.9144], ft: ["length", 0.3048],
@@ -22,15 +29,19 @@ const UNITS = {
   KiB: ["data", 1024], MiB: ["data", 1048576], GiB: ["data", 1073741824],
 };
 
+/** @param {string} symbol */
 function unit(symbol) {
   if (!Object.hasOwn(UNITS, symbol)) throw new Error(`unknown unit ${JSON.stringify(symbol)}`);
   return UNITS[symbol];
 }
 
+/** @type {(value: number, symbol: string) => number} */
 const toKelvin = (v, s) => (s === "C" ? v + 273.15 : s === "F" ? ((v - 32) * 5) / 9 + 273.15 : v);
+/** @type {(kelvin: number, symbol: string) => number} */
 const fromKelvin = (k, s) => (s === "C" ? k - 273.15 : s === "F" ? ((k - 273.15) * 9) / 5 + 32 : k);
 
 // 6 significant digits, halves away from zero (as the Rust implementation rounds).
+/** @param {number} value */
 function round6(value) {
   if (value === 0) return 0;
   const digits = Math.min(300, Math.max(-300, 6 - Math.floor(Math.log10(Math.abs(value))) - 1));
@@ -38,6 +49,7 @@ function round6(value) {
   return (Math.sign(value) * Math.round(Math.abs(value) * scale)) / scale;
 }
 
+/** @param {number} value @param {string} from @param {string} to */
 function convert(value, from, to) {
   if (!Number.isFinite(value)) throw new Error("value must be a finite number");
   const [fromDim, fromFactor] = unit(from);
@@ -48,18 +60,7 @@ function convert(value, from, to) {
   return round6(converted);
 }
 
-// The body as an object, or a string holding one (agora-protocol 0.2.0 sends bodies as strings).
-function parseBody(text) {
-  let body;
-  try {
-    body = JSON.parse(text);
-    if (typeof body === "string") body = JSON.parse(body);
-  } catch {
-    return null;
-  }
-  return body !== null && typeof body === "object" && !Array.isArray(body) ? body : null;
-}
-
+/** @param {Record<string, unknown>} request */
 function answer(request) {
   const { value, from, to } = request;
   if (typeof value !== "number" || typeof from !== "string" || typeof to !== "string") {
@@ -68,34 +69,29 @@ function answer(request) {
   try {
     return { value: convert(value, from, to), unit: to, from: { value, unit: from } };
   } catch (error) {
-    return { error: error.message };
+    return { error: error instanceof Error ? error.message : String(error) };
   }
 }
 
+/** @returns {Manifest} */
 export function manifest() {
-  return {
+  return manifestOf({
     name: "js-unit-converter",
     version: "0.1.0",
     description: "Converts quantities between units (protocols/unit-conversion.md), in JavaScript",
     protocols: [DOCUMENT],
-    defaultAgora: false,
-    acceptsAnyDocument: false,
-    resources: [],
-    models: [],
-    leagues: [],
-    assistant: false,
-    tools: [],
-    instance: { tag: "fresh" },
-  };
+  });
 }
 
+/** @param {Message} message @returns {string} */
 export function handle(message) {
-  const request = parseBody(message.body);
+  const request = jsonObject(message.body);
   const reply = request ? answer(request) : { error: 'body must be an object {"value", "from", "to"}' };
   if (reply.error) log("debug", `rejected a conversion: ${reply.error}`);
   return JSON.stringify(reply);
 }
 
+/** @param {string} name @param {string} _arguments @returns {string} */
 export function runTool(name, _arguments) {
-  throw `unknown tool ${JSON.stringify(name)}`;
+  throw unknownTool(name);
 }

@@ -1,0 +1,66 @@
+/// <reference path="./agora-node-types.d.ts" />
+declare module 'agora:node/host@0.1.0' {
+  /**
+   * Structured log line, attributed to the plugin.
+   */
+  export function log(level: Level, message: string): void;
+  /**
+   * Key-value store namespaced to this plugin, persisted by the node.
+   */
+  export function kvGet(key: string): Uint8Array | undefined;
+  export function kvSet(key: string, value: Uint8Array): void;
+  export function kvDelete(key: string): void;
+  /**
+   * Keys starting with `prefix`, at most `limit`.
+   */
+  export function kvKeys(prefix: string, limit: number): Array<string>;
+  /**
+   * Wall-clock time, milliseconds since the Unix epoch.
+   */
+  export function nowMs(): bigint;
+  /**
+   * Emit an event to the current exchange: a stream chunk, a status, an arena event.
+   * `data` is JSON text.
+   */
+  export function emit(kind: string, data: string): void;
+  /**
+   * Call a tool offered by another plugin. The host runs it, reports its lifecycle
+   * and asks the human for approval when the tool's risk requires it.
+   */
+  export function callTool(name: string, arguments: string): string;
+  /**
+   * The current conversation's or session's history as a JSON array of
+   * `{"role": …, "body": …, "at": ms}`.
+   */
+  export function history(): string;
+  /**
+   * Call another agent. Only hosts allowed in config are reachable.
+   */
+  export function outbound(request: OutboundRequest): string;
+  export type Transport = import('agora:node/types@0.1.0').Transport;
+  /**
+   * # Variants
+   * 
+   * ## `"trace"`
+   * 
+   * ## `"debug"`
+   * 
+   * ## `"info"`
+   * 
+   * ## `"warn"`
+   * 
+   * ## `"error"`
+   */
+  export type Level = 'trace' | 'debug' | 'info' | 'warn' | 'error';
+  export interface OutboundRequest {
+    transport: Transport,
+    /**
+     * The peer's URL; its host must be allowed in the node's config.
+     */
+    url: string,
+    /**
+     * JSON text: for `agora`, `{"body": …, "protocol": "<document text>"?}`.
+     */
+    body: string,
+  }
+}
