@@ -16,7 +16,7 @@ const COUNTER_DOCUMENT: &str = "name: Warm counter fixture\ndescription: counts 
 
 /// The warm-counter fixture with its instance policy rewritten in the binary:
 /// `policy` is "warm" or "frsh"; the same code either way.
-fn counter_build(policy: &str, max_invocations: u32, concurrency: u32, idle_ms: u32) -> Vec<u8> {
+pub(crate) fn counter_build(policy: &str, max_invocations: u32, concurrency: u32, idle_ms: u32) -> Vec<u8> {
     let mut bytes = std::fs::read(support::plugin_wasm("fixture-warm-counter")).unwrap();
     let at = bytes
         .windows(POLICY_MARKER.len())

@@ -13,6 +13,7 @@ use agora_node::store::{Collection, Store, plugin_key};
 use serde_json::{Value, json};
 
 use crate::hai::{Client, of_type, position, request_report, session_id, streamed_text};
+use crate::scripting::counter_build;
 use crate::support::{self, TestNode, has_plugin, post_json};
 
 const JS_TOOLS: &str = "js-inspection-tools";
@@ -389,21 +390,6 @@ fn javascript_tools_return_the_rust_plugins_results_for_the_same_arguments() {
 
 // --- Warm instances through run_tool (fixture-warm-counter's `warm_count` tool) ---
 
-const POLICY_MARKER: &[u8] = b"policy=warm;max=00001000;conc=02;idle=00060000;";
-
-/// The warm-counter fixture with its instance policy ("warm" or "frsh")
-/// rewritten in the binary, as tests/e2e/scripting.rs does: the same code either way.
-fn counter_with_policy(policy: &str, max_invocations: u32) -> Vec<u8> {
-    let mut bytes = std::fs::read(support::plugin_wasm("fixture-warm-counter")).unwrap();
-    let at = bytes
-        .windows(POLICY_MARKER.len())
-        .position(|w| w == POLICY_MARKER)
-        .expect("policy marker in the fixture");
-    let policy = format!("policy={policy};max={max_invocations:08};conc=02;idle=00060000;");
-    bytes[at..at + POLICY_MARKER.len()].copy_from_slice(policy.as_bytes());
-    bytes
-}
-
 struct CounterTool {
     node: TestNode,
     hash: String,
@@ -434,7 +420,7 @@ impl CounterTool {
 #[test]
 fn tool_calls_reuse_a_warm_instance_and_a_fresh_tool_sees_no_state() {
     // Warm (documented behaviour): successive tool calls run in one instance and see its state.
-    let tool = CounterTool::start(&counter_with_policy("warm", 1000));
+    let tool = CounterTool::start(&counter_build("warm", 1000, 2, 60_000));
     assert_eq!(tool.counts(5), vec![1, 2, 3, 4, 5]);
     // A tool's own error is an answer, not a broken instance: it is kept.
     let failure = tool.call("failure").unwrap_err();
@@ -449,12 +435,12 @@ fn tool_calls_reuse_a_warm_instance_and_a_fresh_tool_sees_no_state() {
     drop(tool);
 
     // Warm instances retire after their invocations, through run_tool too.
-    let tool = CounterTool::start(&counter_with_policy("warm", 3));
+    let tool = CounterTool::start(&counter_build("warm", 3, 2, 60_000));
     assert_eq!(tool.counts(7), vec![1, 2, 3, 1, 2, 3, 1]);
     drop(tool);
 
     // Fresh: exactly the same code, and no tool call sees another's state.
-    let tool = CounterTool::start(&counter_with_policy("frsh", 1000));
+    let tool = CounterTool::start(&counter_build("frsh", 1000, 2, 60_000));
     assert_eq!(tool.counts(5), vec![1, 1, 1, 1, 1]);
     assert_eq!(
         tool.call("failure").unwrap_err(),
@@ -464,7 +450,7 @@ fn tool_calls_reuse_a_warm_instance_and_a_fresh_tool_sees_no_state() {
 
 #[test]
 fn a_trapping_warm_tool_instance_is_discarded_never_reused() {
-    let tool = CounterTool::start(&counter_with_policy("warm", 1000));
+    let tool = CounterTool::start(&counter_build("warm", 1000, 2, 60_000));
     assert_eq!(tool.counts(3), vec![1, 2, 3]);
     let trap = tool.call("trap").unwrap_err();
     assert!(
