@@ -869,13 +869,21 @@ async fn row5(settings: &Settings) -> Result<Row> {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         times_ms.push(replaced.elapsed().as_secs_f64() * 1000.0);
-        if let Some(ms) = node
-            .log_since(log_before)
-            .iter()
-            .rev()
-            .find_map(|line| loaded_elapsed_ms(line))
-        {
-            load_ms.push(ms);
+        // The node logs "plugin loaded" just after the swap the poller saw: wait for it.
+        let logged = Instant::now();
+        loop {
+            let line = node
+                .log_since(log_before)
+                .iter()
+                .find_map(|line| loaded_elapsed_ms(line));
+            if let Some(ms) = line {
+                load_ms.push(ms);
+                break;
+            }
+            if logged.elapsed() > Duration::from_secs(1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // Let the load see the new version for a moment before the next swap.
         tokio::time::sleep(Duration::from_millis(100)).await;
