@@ -6,6 +6,7 @@
 //! of requests per CPU-second of each server process) are the result.
 
 mod ceiling;
+mod hai;
 mod load;
 mod procs;
 mod rows;

@@ -68,6 +68,17 @@ impl Server {
         rss_kb(self.pid()).unwrap_or(0) as f64 / 1024.0
     }
 
+    /// Lines logged so far (a mark for [`Server::log_since`]).
+    pub fn log_len(&self) -> usize {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The lines logged after the mark `from`.
+    pub fn log_since(&self, from: usize) -> Vec<String> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.get(from..).map(<[String]>::to_vec).unwrap_or_default()
+    }
+
     pub fn log_tail(&self) -> String {
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         log.iter()

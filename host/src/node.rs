@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -178,6 +179,13 @@ impl Node {
         for (addr, listener, router) in self.listeners {
             tracing::info!(%addr, "listening");
             let mut stop = stop_rx.clone();
+            // Without TCP_NODELAY a reply written in two parts (a HAI `thinking`
+            // frame, then the first chunk) waits for the client's delayed ACK: 40 ms.
+            let listener = listener.tap_io(|tcp| {
+                if let Err(error) = tcp.set_nodelay(true) {
+                    tracing::debug!(%error, "could not set TCP_NODELAY");
+                }
+            });
             servers.push(tokio::spawn(async move {
                 axum::serve(
                     listener,

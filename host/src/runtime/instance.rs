@@ -105,7 +105,7 @@ pub(crate) fn new_store(
         table: ResourceTable::new(),
         limiter: CallLimiter {
             max_memory: (config.max_memory_mb as usize) << 20,
-            max_table_elements: 100_000,
+            max_table_elements: super::engine::MAX_TABLE_ELEMENTS,
             memory_refused: false,
         },
         plugin_name,

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use super::NodeState;
 use crate::runtime::{ApprovalOutcome, FailureKind, InvokeError};
@@ -41,6 +41,8 @@ use wire::{ApprovalResponse, Inbound, Outbound, UserMessage};
 
 /// How long one write to a client may take before the client counts as gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Initial read buffer of a connection (see `upgrade`).
+const READ_BUFFER_BYTES: usize = 4 << 10;
 /// Close codes (RFC 6455 §7.4.1).
 const CLOSE_POLICY: u16 = 1008;
 const CLOSE_TOO_BIG: u16 = 1009;
@@ -327,6 +329,9 @@ async fn upgrade(
     let max_frame = shared.node.config.hai.max_frame_bytes;
     ws.max_message_size(max_frame)
         .max_frame_size(max_frame)
+        // tungstenite allocates its read buffer up front (128 KiB by default), per
+        // connection; client frames are small and the buffer grows for a big one.
+        .read_buffer_size(READ_BUFFER_BYTES)
         // Outbound frames are bounded (chunks by the plugin event limit, replies by the turn);
         // the write buffer never needs to hold more than a few of them.
         .max_write_buffer_size(8 << 20)
@@ -336,8 +341,8 @@ async fn upgrade(
 /// What the reader hands the writer.
 enum Out {
     Frame(String),
-    /// Start forwarding a session's broadcast.
-    Subscribe(broadcast::Receiver<Arc<str>>),
+    /// Start forwarding a session's frames.
+    Subscribe(mpsc::Receiver<Arc<str>>),
     Close(u16, &'static str),
 }
 
@@ -488,7 +493,7 @@ async fn write_loop(
     last_heard: Arc<AtomicU64>,
     ping_every: Duration,
 ) {
-    let mut frames: Option<broadcast::Receiver<Arc<str>>> = None;
+    let mut frames: Option<mpsc::Receiver<Arc<str>>> = None;
     let mut ping = tokio::time::interval(ping_every);
     ping.tick().await;
     let close = |code: u16, reason: &'static str| {
@@ -515,15 +520,12 @@ async fn write_loop(
                 }
             },
             frame = next_frame(&mut frames) => match frame {
-                Ok(text) => Message::Text(text.as_ref().into()),
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::info!(transport = "hai", missed, "client too slow for its session's frames; disconnecting");
+                Some(text) => Message::Text(text.as_ref().into()),
+                // The session let go of this connection's queue: it fell too far behind.
+                None => {
+                    tracing::info!(transport = "hai", "client too slow for its session's frames; disconnecting");
                     let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.send(close(CLOSE_POLICY, "too slow: reconnect and read the history"))).await;
                     return;
-                }
-                Err(broadcast::error::RecvError::Closed) => {
-                    frames = None;
-                    continue;
                 }
             },
             _ = ping.tick() => {
@@ -550,9 +552,7 @@ async fn write_loop(
     }
 }
 
-async fn next_frame(
-    frames: &mut Option<broadcast::Receiver<Arc<str>>>,
-) -> Result<Arc<str>, broadcast::error::RecvError> {
+async fn next_frame(frames: &mut Option<mpsc::Receiver<Arc<str>>>) -> Option<Arc<str>> {
     match frames {
         Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,

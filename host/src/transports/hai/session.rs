@@ -1,10 +1,15 @@
-//! Live sessions (`hai-protocol.md` §"Session Management"): one broadcast
+//! Live sessions (`hai-protocol.md` §"Session Management"): one fan-out
 //! group per `session_id`, so every connection on a session sees its frames;
 //! the approvals waiting for a human (§5–6); the per-session rate window; and
 //! the turn lock that answers a session's messages one at a time.
 //!
 //! What outlives a connection (history, the session record) is in sled; this
 //! is only the in-memory meeting point, dropped a while after its last user.
+//!
+//! The fan-out is one bounded queue per subscribed connection, not a tokio
+//! `broadcast` channel: a broadcast ring is allocated in full when the session
+//! starts (256 slots, ~12 KiB), which idle sessions would pay for nothing,
+//! while a queue grows only with the frames actually waiting in it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -12,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot};
 
 use super::HaiError;
 use super::wire::Outbound;
@@ -54,10 +60,10 @@ impl Hub {
         if sessions.len() >= MAX_LIVE_SESSIONS {
             return Err(HaiError::Overloaded);
         }
-        let (frames, _) = broadcast::channel(self.buffer_frames);
         let session = Arc::new(Session {
             id: id.to_string(),
-            frames,
+            subscribers: Mutex::new(Vec::new()),
+            buffer_frames: self.buffer_frames,
             pending: Mutex::new(HashMap::new()),
             recent: Mutex::new(VecDeque::new()),
             turn: tokio::sync::Mutex::new(()),
@@ -97,7 +103,10 @@ struct Pending {
 
 pub struct Session {
     pub id: String,
-    frames: broadcast::Sender<Arc<str>>,
+    /// The frame queue of every connection on this session.
+    subscribers: Mutex<Vec<mpsc::Sender<Arc<str>>>>,
+    /// Frames one connection may have waiting before it counts as too slow.
+    buffer_frames: usize,
     pending: Mutex<HashMap<String, Pending>>,
     recent: Mutex<VecDeque<Instant>>,
     /// Held while a turn runs, so a session's messages are answered in order.
@@ -111,14 +120,28 @@ impl Session {
         *self.last_used.lock() = Instant::now();
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
-        self.frames.subscribe()
+    /// A queue of this session's frames from now on. The session drops its end
+    /// when the connection falls `buffer_frames` behind, so the receiver ending
+    /// (`None`) while the connection is open means "too slow".
+    pub fn subscribe(&self) -> mpsc::Receiver<Arc<str>> {
+        let (sender, receiver) = mpsc::channel(self.buffer_frames);
+        let mut subscribers = self.subscribers.lock();
+        subscribers.retain(|queue| !queue.is_closed());
+        subscribers.push(sender);
+        receiver
     }
 
     /// Send a frame to every connection on this session.
     pub fn publish(&self, frame: &Outbound) {
-        // No receivers is fine: the frames are also in the history where it matters.
-        let _ = self.frames.send(Arc::from(frame.to_text()));
+        // No subscribers is fine: the frames are also in the history where it matters.
+        let text: Arc<str> = Arc::from(frame.to_text());
+        self.subscribers
+            .lock()
+            .retain(|queue| match queue.try_send(text.clone()) {
+                Ok(()) => true,
+                // Full: that connection is cut off (see `subscribe`); closed: it is gone.
+                Err(TrySendError::Full(_) | TrySendError::Closed(_)) => false,
+            });
     }
 
     /// Count one message against the sliding one-minute window.
