@@ -12,8 +12,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use notify::event::ModifyKind;
-use notify::{EventKind, RecursiveMode};
+use notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 
@@ -206,7 +205,7 @@ pub async fn rebuild_loop(
             if let Ok(events) = result {
                 let paths: BTreeSet<PathBuf> = events
                     .iter()
-                    .filter(|event| changes_content(&event.kind))
+                    .filter(|event| crate::runtime::watcher::changes_content(&event.kind))
                     .flat_map(|event| event.paths.iter())
                     .filter(|path| is_source(&root, path))
                     .cloned()
@@ -231,18 +230,6 @@ pub async fn rebuild_loop(
         }
     }
     Ok(())
-}
-
-/// Whether an event can change what a build reads. Reads are reported too (inotify
-/// open/close): builds and `find_crates` read every plugin's files, and letting those
-/// through made each build trigger the next, round and round.
-fn changes_content(kind: &EventKind) -> bool {
-    match kind {
-        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Any => true,
-        EventKind::Modify(ModifyKind::Metadata(_)) => false,
-        EventKind::Modify(_) => true,
-        EventKind::Access(_) | EventKind::Other => false,
-    }
 }
 
 /// Sources only: never build output, generated files, dependencies, caches or editor
@@ -280,28 +267,6 @@ fn report(krate: &PluginCrate, result: Result<PathBuf, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reading_a_source_is_not_a_change() {
-        use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, MetadataKind};
-        assert!(!changes_content(&EventKind::Access(AccessKind::Open(
-            AccessMode::Any
-        ))));
-        assert!(!changes_content(&EventKind::Access(AccessKind::Close(
-            AccessMode::Read
-        ))));
-        assert!(!changes_content(&EventKind::Modify(ModifyKind::Metadata(
-            MetadataKind::AccessTime
-        ))));
-        // A save is reported as a data change before its close-after-write.
-        assert!(!changes_content(&EventKind::Access(AccessKind::Close(
-            AccessMode::Write
-        ))));
-        assert!(changes_content(&EventKind::Modify(ModifyKind::Data(
-            DataChange::Any
-        ))));
-        assert!(changes_content(&EventKind::Create(CreateKind::File)));
-    }
 
     #[test]
     fn sources_are_told_from_build_output_below_the_root() {

@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use notify::RecursiveMode;
+use notify::event::ModifyKind;
+use notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 
@@ -37,6 +38,7 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
         Ok(events) => {
             let paths: BTreeSet<PathBuf> = events
                 .iter()
+                .filter(|event| changes_content(&event.kind))
                 .flat_map(|event| event.paths.iter())
                 .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
                 .cloned()
@@ -64,4 +66,44 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
         _debouncer: debouncer,
         task,
     })
+}
+
+/// Whether an event can change a file's content. Reads are reported too (inotify
+/// open/close): a node loading its plugins, or `agora-node dev` building and scanning
+/// sources, reads every file it watches, and letting those through made each load or
+/// build trigger the next, round and round.
+pub(crate) fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Any => true,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Modify(_) => true,
+        EventKind::Access(_) | EventKind::Other => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_a_source_is_not_a_change() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, MetadataKind};
+        assert!(!changes_content(&EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(!changes_content(&EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(!changes_content(&EventKind::Modify(ModifyKind::Metadata(
+            MetadataKind::AccessTime
+        ))));
+        // A save is reported as a data change before its close-after-write.
+        assert!(!changes_content(&EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+        assert!(changes_content(&EventKind::Modify(ModifyKind::Data(
+            DataChange::Any
+        ))));
+        assert!(changes_content(&EventKind::Create(CreateKind::File)));
+    }
 }
