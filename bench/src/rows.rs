@@ -251,42 +251,6 @@ fn fmt_rate(rate: f64) -> String {
     }
 }
 
-/// Connections for the rows whose requests commit to the store (3, 4). The node's
-/// `Store::commit` awaits sled 0.34's `flush_async`, which deadlocks when several
-/// are in flight at once (spacejam/sled#1308, #1241): with 8 or more concurrent
-/// signed requests, every connection ends up waiting for the 30 s request timeout.
-/// These rows therefore measure one request at a time on both sides, and report
-/// what happens at full concurrency separately ([`concurrency_probe`]).
-const SERIAL: usize = 1;
-
-/// `settings.connections` concurrent connections against the node for a short
-/// while: how many requests succeed, how many time out.
-async fn concurrency_probe(settings: &Settings, target: &Target) -> Value {
-    let connections = settings.connections.max(8);
-    let base = SEQ.fetch_add(1 << 32, Ordering::Relaxed);
-    let seconds = if settings.smoke { 0.5 } else { 3.0 };
-    let probe = load::closed_loop(
-        target,
-        connections,
-        Duration::ZERO,
-        Duration::from_secs_f64(seconds),
-        base,
-    )
-    .await;
-    json!({"connections": connections, "seconds": seconds, "ok": probe.ok, "failed": probe.failed,
-           "first_failure": probe.first_failure})
-}
-
-fn probe_text(probe: &Value) -> String {
-    format!(
-        "at {} connections: {} ok, {} failed ({})",
-        probe["connections"],
-        probe["ok"],
-        probe["failed"],
-        probe["first_failure"].as_str().unwrap_or("none")
-    )
-}
-
 // ---------------------------------------------------------------- shared requests
 
 fn sha1_hex(bytes: &[u8]) -> String {
@@ -596,7 +560,15 @@ async fn row3(settings: &Settings) -> Result<Row> {
     let mut floor_wall = Vec::new();
     let mut floor_cpu = Vec::new();
     for _ in 0..settings.rounds {
-        segment(settings, SERIAL, &target, &node, Shape::Closed, &mut node_side).await;
+        segment(
+            settings,
+            settings.connections,
+            &target,
+            &node,
+            Shape::Closed,
+            &mut node_side,
+        )
+        .await;
         let request = request_bytes.clone();
         let template = reply_template.clone();
         let key = floor_key.clone();
@@ -608,20 +580,20 @@ async fn row3(settings: &Settings) -> Result<Row> {
     }
     let floor_per_core = floor_cpu.iter().sum::<f64>() / floor_cpu.len() as f64;
     let ratio = node_side.per_cpu() / floor_per_core.max(1e-9);
-    let probe = concurrency_probe(settings, &target).await;
     Ok(Row {
         id: 3,
         measure:
             "Signed envelope REQUEST → RESULT over HTTP (agora:sum:v1) vs Ed25519 verify + sign + JCS (floor)"
                 .into(),
         node: format!(
-            "1 connection: {} req/s on {:.2} cores = {} req/CPU-s; p50 {:.2} ms, p99 {:.2} ms; {}",
+            "{} connections: {} req/s on {:.2} cores = {} req/CPU-s; p50 {:.2} ms, p99 {:.2} ms; {} failed",
+            settings.connections,
             fmt_rate(node_side.rate()),
             node_side.cpu_seconds / node_side.total.elapsed.as_secs_f64().max(1e-9),
             fmt_rate(node_side.per_cpu()),
             node_side.total.p(0.5),
             node_side.total.p(0.99),
-            probe_text(&probe)
+            node_side.total.failed
         ),
         comparison: format!("{} verify+sign/CPU-s (one core)", fmt_rate(floor_per_core)),
         ratio: format!("{:.0} % of the floor per core", ratio * 100.0),
@@ -633,7 +605,6 @@ async fn row3(settings: &Settings) -> Result<Row> {
             "floor_per_core": floor_per_core, "per_core_ratio": ratio,
             "request_bytes": request_bytes.len(), "reply_bytes": reply.len(),
             "node_log_tail": node.log_tail(),
-            "concurrency_probe": probe,
         }),
     })
 }
@@ -734,44 +705,37 @@ async fn row4(settings: &Settings) -> Result<Row> {
     }
     let (a, b) = alternate(
         settings,
-        SERIAL,
+        settings.connections,
         (&node_target, &node),
         (&agent_target, &agent),
         Shape::Closed,
     )
     .await;
-    let probe = concurrency_probe(settings, &node_target).await;
-    // The uAgent is not limited that way: its own rate at full concurrency, for a fair ceiling.
-    let agent_probe = concurrency_probe(settings, &agent_target).await;
-    let agent_best =
-        agent_probe["ok"].as_f64().unwrap_or(0.0) / agent_probe["seconds"].as_f64().unwrap_or(1.0);
     let ratio = a.rate() / b.rate().max(1e-9);
     let cpu_ratio = a.per_cpu() / b.per_cpu().max(1e-9);
     Ok(Row {
         id: 4,
         measure: "uAgents /submit sync echo (uagents-echo plugin) vs a real uAgent (uagents 0.26.1)".into(),
         node: format!(
-            "1 connection: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms; {}",
+            "{} connections: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms",
+            settings.connections,
             fmt_rate(a.rate()),
             fmt_rate(a.per_cpu()),
             a.total.p(0.5),
             a.total.p(0.99),
-            probe_text(&probe)
         ),
         comparison: format!(
-            "1 connection: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms; at {} connections: {} req/s",
+            "{} connections: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms",
+            settings.connections,
             fmt_rate(b.rate()),
             fmt_rate(b.per_cpu()),
             b.total.p(0.5),
             b.total.p(0.99),
-            agent_probe["connections"],
-            fmt_rate(agent_best)
         ),
         ratio: format!("{ratio:.1}× ({cpu_ratio:.1}× per CPU-s)"),
         target: "≥ 30×".into(),
         status: verdict(settings, ratio >= 30.0 && a.total.failed == 0),
-        raw: json!({"node": a.json(), "uagent": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
-                    "node_concurrency_probe": probe, "uagent_concurrency_probe": agent_probe}),
+        raw: json!({"node": a.json(), "uagent": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio}),
     })
 }
 
