@@ -129,6 +129,41 @@ pub(crate) fn position(frames: &[Value], matches: impl Fn(&Value) -> bool) -> us
         .unwrap_or_else(|| panic!("no such frame in {frames:#?}"))
 }
 
+/// The turn of "Search for restaurant food storage regulations" (spec flow 2): the
+/// low-risk tool runs without approval, its lifecycle comes in order before the answer,
+/// and the answer quotes what it found. Returns the started and completed frames' indexes.
+pub(crate) fn assert_search_turn(frames: &[Value]) -> (usize, usize) {
+    assert!(of_type(frames, "tool_approval_request").is_empty());
+    let routing = position(frames, |f| f["status"] == "routing");
+    let executing = position(frames, |f| f["status"] == "executing_tools");
+    let started = position(frames, |f| f["type"] == "tool_call" && f["status"] == "started");
+    let completed = position(frames, |f| f["type"] == "tool_call" && f["status"] == "completed");
+    let first_chunk = position(frames, |f| f["type"] == "assistant_message_chunk");
+    assert!(routing < executing && executing < started && started < completed && completed < first_chunk);
+    assert_eq!(frames[started]["tool_call_id"], frames[completed]["tool_call_id"]);
+    assert_eq!(
+        frames[started]["parameters"]["query"],
+        "restaurant food storage regulations"
+    );
+    let result = frames[completed]["result"].as_str().unwrap_or_default();
+    assert!(
+        result.starts_with("Found ") && result.ends_with("relevant regulations"),
+        "{result}"
+    );
+    let text = streamed_text(frames);
+    assert!(
+        text.contains("FS-10"),
+        "the answer quotes the regulations: {text}"
+    );
+    (started, completed)
+}
+
+/// The result text of the turn's failed tool call.
+pub(crate) fn failed_tool_result(frames: &[Value]) -> &str {
+    let failed = position(frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
+    frames[failed]["result"].as_str().unwrap_or_default()
+}
+
 /// The streamed answer of a turn: chunks share one message_id, only the last is final.
 pub(crate) fn streamed_text(frames: &[Value]) -> String {
     let chunks = of_type(frames, "assistant_message_chunk");
@@ -185,33 +220,10 @@ async fn flow2_search_runs_the_low_risk_tool_without_approval() {
         .say(&session, "Search for restaurant food storage regulations")
         .await;
     let frames = client.turn().await;
-    assert!(of_type(&frames, "tool_approval_request").is_empty());
-    let routing = position(&frames, |f| f["status"] == "routing");
-    let executing = position(&frames, |f| f["status"] == "executing_tools");
-    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
-    let completed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "completed"
-    });
-    let first_chunk = position(&frames, |f| f["type"] == "assistant_message_chunk");
-    assert!(routing < executing && executing < started && started < completed && completed < first_chunk);
-    let (start, done) = (&frames[started], &frames[completed]);
-    assert_eq!(start["tool_name"], "search_regulations");
-    assert_eq!(
-        start["parameters"]["query"],
-        "restaurant food storage regulations"
-    );
-    assert_eq!(start["tool_call_id"], done["tool_call_id"]);
+    let (started, completed) = assert_search_turn(&frames);
+    let done = &frames[completed];
+    assert_eq!(frames[started]["tool_name"], "search_regulations");
     assert_eq!(done["session_id"], session.as_str());
-    let result = done["result"].as_str().unwrap();
-    assert!(
-        result.starts_with("Found ") && result.ends_with("relevant regulations"),
-        "{result}"
-    );
-    let text = streamed_text(&frames);
-    assert!(
-        text.contains("FS-10"),
-        "the answer quotes the regulations: {text}"
-    );
 
     // A search the tool refuses: a failed tool_call and a tool_execution_failed error, then an answer.
     client.say(&session, "search").await;

@@ -12,7 +12,10 @@ use std::time::Duration;
 use agora_node::store::{Collection, Store, plugin_key};
 use serde_json::{Value, json};
 
-use crate::hai::{Client, of_type, position, request_report, session_id, streamed_text};
+use crate::hai::{
+    Client, assert_search_turn, failed_tool_result, of_type, position, request_report, session_id,
+    streamed_text,
+};
 use crate::scripting::counter_build;
 use crate::support::{self, TestNode, has_plugin, post_json};
 
@@ -96,38 +99,13 @@ async fn hai_scenario(node: &TestNode, label: &str) -> Vec<Value> {
         .say(&session, "Search for restaurant food storage regulations")
         .await;
     let frames = client.turn().await;
-    assert!(of_type(&frames, "tool_approval_request").is_empty());
-    let routing = position(&frames, |f| f["status"] == "routing");
-    let executing = position(&frames, |f| f["status"] == "executing_tools");
-    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
-    let completed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "completed"
-    });
-    let first_chunk = position(&frames, |f| f["type"] == "assistant_message_chunk");
-    assert!(routing < executing && executing < started && started < completed && completed < first_chunk);
-    assert_eq!(frames[started]["tool_call_id"], frames[completed]["tool_call_id"]);
-    assert_eq!(
-        frames[started]["parameters"]["query"],
-        "restaurant food storage regulations"
-    );
-    let result = frames[completed]["result"].as_str().unwrap();
-    assert!(
-        result.starts_with("Found ") && result.ends_with("relevant regulations"),
-        "{result}"
-    );
-    assert!(streamed_text(&frames).contains("FS-10"));
+    assert_search_turn(&frames);
     turns.push(transcript(&frames));
 
     // The tool refuses an empty query: a failed tool_call and a tool_execution_failed error.
     client.say(&session, "search").await;
     let frames = client.turn().await;
-    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
-    assert!(
-        frames[failed]["result"]
-            .as_str()
-            .unwrap()
-            .contains("query is empty")
-    );
+    assert!(failed_tool_result(&frames).contains("query is empty"));
     let error = position(&frames, |f| f["type"] == "error");
     assert_eq!(frames[error]["error_code"], "tool_execution_failed");
     turns.push(transcript(&frames));
@@ -202,13 +180,7 @@ async fn hai_scenario(node: &TestNode, label: &str) -> Vec<Value> {
     let approval_id = request["approval_id"].as_str().unwrap().to_string();
     client.approve(&approval_id, true, None).await;
     let frames = client.turn().await;
-    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
-    assert!(
-        frames[failed]["result"]
-            .as_str()
-            .unwrap()
-            .contains("is not an inspection id")
-    );
+    assert!(failed_tool_result(&frames).contains("is not an inspection id"));
     turns.push(transcript(&frames));
     turns
 }
