@@ -3,7 +3,7 @@
 // built without ICU, so its regular expressions have no \p{…} classes; Node
 // has them at build time. Generated files live in build/, which `agora-node
 // dev` does not watch, so a build never triggers another.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 
 // Rust's char::is_alphanumeric: Alphabetic, or a number (Nd, Nl, No).
 const ALPHANUMERIC = /[\p{Alphabetic}\p{N}]/u;
@@ -30,4 +30,9 @@ writeFileSync(
 export const ALPHANUMERIC = ${JSON.stringify(ranges(ALPHANUMERIC))};
 export const UNPRINTABLE = ${JSON.stringify(ranges(UNPRINTABLE))};
 `,
+);
+// The SDK's helpers (manifest defaults): the component toolchain sees only this folder.
+copyFileSync(
+  new URL("../../plugin-sdk/bindings/js/agora-plugin.js", import.meta.url),
+  new URL("./build/agora-plugin.js", import.meta.url),
 );

@@ -18,6 +18,7 @@
 // beyond the engine's own heap.
 
 import { kvSet, nowMs } from "agora:node/host@0.1.0";
+import { manifest as manifestOf } from "../build/agora-plugin.js";
 import { ALPHANUMERIC, UNPRINTABLE } from "../build/unicode.js";
 
 // Illustrative texts, not legal advice. Identical to the Rust plugin's table.
@@ -284,17 +285,10 @@ const REPORT_PARAMETERS =
   '{"type":"object","properties":{"inspection_id":{"type":"string","pattern":"^INS-[0-9]{4}-[0-9]{1,6}$"},"notes":{"type":"string","maxLength":2000}},"required":["inspection_id"]}';
 
 export function manifest() {
-  return {
+  return manifestOf({
     name: "js-inspection-tools",
     version: "0.1.0",
     description: "Regulation search and inspection reports for the HAI assistant, in JavaScript",
-    protocols: [],
-    defaultAgora: false,
-    acceptsAnyDocument: false,
-    resources: [],
-    models: [],
-    leagues: [],
-    assistant: false,
     tools: [
       {
         name: "search_regulations",
@@ -310,7 +304,7 @@ export function manifest() {
       },
     ],
     instance: { tag: "warm", val: { maxInvocations: 1000, maxConcurrency: 2, idleTimeoutMs: 60000 } },
-  };
+  });
 }
 
 export function handle(_message) {
