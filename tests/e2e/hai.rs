@@ -164,6 +164,32 @@ pub(crate) fn failed_tool_result(frames: &[Value]) -> &str {
     frames[failed]["result"].as_str().unwrap_or_default()
 }
 
+/// Ask for the report of `inspection_id` and reject it with feedback (spec flow 3):
+/// the tool never starts, the failure names the approval, it is not a tool failure,
+/// and the answer quotes the feedback. Returns the turn's frames.
+pub(crate) async fn reject_report(client: &mut Client, session: &str, inspection_id: &str) -> Vec<Value> {
+    const FEEDBACK: &str = "I need to add more inspection details first";
+    let (_, request) = request_report(client, session, inspection_id).await;
+    let approval_id = request["approval_id"].as_str().unwrap_or_default().to_string();
+    client.approve(&approval_id, false, Some(FEEDBACK)).await;
+    let frames = client.turn().await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["type"] == "tool_call" && f["status"] == "started"),
+        "a rejected tool never starts: {frames:#?}"
+    );
+    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
+    assert_eq!(frames[failed]["metadata"]["approval_id"], approval_id.as_str());
+    assert!(
+        !frames.iter().any(|f| f["error_code"] == "tool_execution_failed"),
+        "a rejection is not a tool failure"
+    );
+    let text = streamed_text(&frames);
+    assert!(text.contains(FEEDBACK), "{text}");
+    frames
+}
+
 /// The streamed answer of a turn: chunks share one message_id, only the last is final.
 pub(crate) fn streamed_text(frames: &[Value]) -> String {
     let chunks = of_type(frames, "assistant_message_chunk");
@@ -313,34 +339,9 @@ async fn flow3_report_needs_approval_and_honours_rejection_with_feedback() {
     assert_eq!(error["error_code"], "unknown_approval");
 
     // Rejected: the tool does not run and the answer quotes the feedback.
-    let (_, request) = request_report(&mut client, &session, "INS-2024-008").await;
-    let approval_id = request["approval_id"].as_str().unwrap().to_string();
-    client
-        .approve(
-            &approval_id,
-            false,
-            Some("I need to add more inspection details first"),
-        )
-        .await;
-    let frames = client.turn().await;
-    assert!(
-        !frames
-            .iter()
-            .any(|f| f["type"] == "tool_call" && f["status"] == "started"),
-        "a rejected tool never starts: {frames:#?}"
-    );
-    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
-    assert_eq!(frames[failed]["metadata"]["approval_id"], approval_id.as_str());
-    assert!(
-        !frames.iter().any(|f| f["error_code"] == "tool_execution_failed"),
-        "a rejection is not a tool failure"
-    );
+    let frames = reject_report(&mut client, &session, "INS-2024-008").await;
     let text = streamed_text(&frames);
     assert!(text.contains("was not generated"), "{text}");
-    assert!(
-        text.contains("I need to add more inspection details first"),
-        "{text}"
-    );
 
     // The history has both decisions and the tool result.
     let history = get_json(&node.url(&format!("/ws/sessions/{session}/history"))).unwrap();

@@ -13,8 +13,8 @@ use agora_node::store::{Collection, Store, plugin_key};
 use serde_json::{Value, json};
 
 use crate::hai::{
-    Client, assert_search_turn, failed_tool_result, of_type, position, request_report, session_id,
-    streamed_text,
+    Client, assert_search_turn, failed_tool_result, of_type, position, reject_report, request_report,
+    session_id, streamed_text,
 };
 use crate::scripting::counter_build;
 use crate::support::{self, TestNode, has_plugin, post_json};
@@ -154,25 +154,7 @@ async fn hai_scenario(node: &TestNode, label: &str) -> Vec<Value> {
     turns.push(transcript(&frames));
 
     // Rejected: the tool never starts and the answer quotes the feedback.
-    let (_, request) = request_report(&mut client, &session, "INS-2024-008").await;
-    let approval_id = request["approval_id"].as_str().unwrap().to_string();
-    client
-        .approve(
-            &approval_id,
-            false,
-            Some("I need to add more inspection details first"),
-        )
-        .await;
-    let frames = client.turn().await;
-    assert!(
-        !frames
-            .iter()
-            .any(|f| f["type"] == "tool_call" && f["status"] == "started")
-    );
-    let failed = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
-    assert_eq!(frames[failed]["metadata"]["approval_id"], approval_id.as_str());
-    assert!(!frames.iter().any(|f| f["error_code"] == "tool_execution_failed"));
-    assert!(streamed_text(&frames).contains("I need to add more inspection details first"));
+    let frames = reject_report(&mut client, &session, "INS-2024-008").await;
     turns.push(transcript(&frames));
 
     // Approved, but the tool refuses the id.
