@@ -164,6 +164,29 @@ pub(crate) fn failed_tool_result(frames: &[Value]) -> &str {
     frames[failed]["result"].as_str().unwrap_or_default()
 }
 
+/// Approve the pending report of INS-2024-007 (spec flow 3): the tool starts, then
+/// completes under that approval with the generated report. Returns the turn's frames.
+pub(crate) async fn approve_report_007(client: &mut Client, approval_id: &str) -> Vec<Value> {
+    client
+        .approve(
+            approval_id,
+            true,
+            Some("Looks good, proceed with report generation"),
+        )
+        .await;
+    let frames = client.turn().await;
+    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
+    let completed = position(&frames, |f| {
+        f["type"] == "tool_call" && f["status"] == "completed"
+    });
+    assert!(started < completed);
+    assert_eq!(frames[completed]["metadata"]["approval_id"], approval_id);
+    let result = frames[completed]["result"].as_str().unwrap_or_default();
+    assert!(result.contains("Generated report RPT-2024-007-"), "{result}");
+    assert!(streamed_text(&frames).contains("has been generated"));
+    frames
+}
+
 /// Ask for the report of `inspection_id` and reject it with feedback (spec flow 3):
 /// the tool never starts, the failure names the approval, it is not a tool failure,
 /// and the answer quotes the feedback. Returns the turn's frames.
@@ -307,26 +330,7 @@ async fn flow3_report_needs_approval_and_honours_rejection_with_feedback() {
     );
     assert!(request["reasoning"].as_str().unwrap().contains("INS-2024-007"));
     let approval_id = request["approval_id"].as_str().unwrap().to_string();
-    client
-        .approve(
-            &approval_id,
-            true,
-            Some("Looks good, proceed with report generation"),
-        )
-        .await;
-    let frames = client.turn().await;
-    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
-    let completed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "completed"
-    });
-    assert!(started < completed);
-    assert_eq!(frames[completed]["metadata"]["approval_id"], approval_id.as_str());
-    assert!(
-        frames[completed]["result"]
-            .as_str()
-            .unwrap()
-            .contains("Generated report RPT-2024-007-")
-    );
+    let frames = approve_report_007(&mut client, &approval_id).await;
     let text = streamed_text(&frames);
     assert!(
         text.contains("has been generated") && text.contains("RPT-2024-007-"),

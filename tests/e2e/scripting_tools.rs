@@ -13,8 +13,8 @@ use agora_node::store::{Collection, Store, plugin_key};
 use serde_json::{Value, json};
 
 use crate::hai::{
-    Client, assert_search_turn, failed_tool_result, of_type, position, reject_report, request_report,
-    session_id, streamed_text,
+    Client, approve_report_007, assert_search_turn, failed_tool_result, of_type, position, reject_report,
+    request_report, session_id, streamed_text,
 };
 use crate::scripting::counter_build;
 use crate::support::{self, TestNode, has_plugin, post_json};
@@ -136,21 +136,7 @@ async fn hai_scenario(node: &TestNode, label: &str) -> Vec<Value> {
         request["tool_name"], request["risk_level"], request["tool_description"], request["parameters"],
     ]}));
     let approval_id = request["approval_id"].as_str().unwrap().to_string();
-    client.approve(&approval_id, true, Some("Looks good")).await;
-    let frames = client.turn().await;
-    let started = position(&frames, |f| f["type"] == "tool_call" && f["status"] == "started");
-    let completed = position(&frames, |f| {
-        f["type"] == "tool_call" && f["status"] == "completed"
-    });
-    assert!(started < completed);
-    assert_eq!(frames[completed]["metadata"]["approval_id"], approval_id.as_str());
-    assert!(
-        frames[completed]["result"]
-            .as_str()
-            .unwrap()
-            .contains("Generated report RPT-2024-007-")
-    );
-    assert!(streamed_text(&frames).contains("has been generated"));
+    let frames = approve_report_007(&mut client, &approval_id).await;
     turns.push(transcript(&frames));
 
     // Rejected: the tool never starts and the answer quotes the feedback.
