@@ -12,13 +12,9 @@ server stack and not a language model.
 """
 
 import json
-import logging
-import os
 import sys
 
-from agora import Receiver, ReceiverServer
-
-from scripted import ScriptedToolformer
+from scripted import serve_receiver
 
 port, storage_dir = int(sys.argv[1]), sys.argv[2]
 
@@ -37,18 +33,4 @@ def convert(_conversation, message):
         return json.dumps({"error": f"cannot convert: {error}"})
 
 
-toolformer = ScriptedToolformer(
-    {
-        "protocolChecking": lambda conversation, message: "The tools suffice. YES",
-        "default": convert,
-    }
-)
-receiver = Receiver.make_default(
-    toolformer,
-    storage_path=os.path.join(storage_dir, "receiver.json"),
-    implementation_threshold=10**6,
-)
-server = ReceiverServer(receiver)
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-print(f"listening on 127.0.0.1:{port}", flush=True)
-server.run(host="127.0.0.1", port=port, threaded=True)
+serve_receiver(convert, port, storage_dir, threaded=True)

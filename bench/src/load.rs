@@ -238,14 +238,7 @@ pub async fn closed_loop(
             })
         })
         .collect();
-    let mut total = Segment::empty();
-    for task in tasks {
-        if let Ok(segment) = task.await {
-            total.merge(&segment);
-        }
-    }
-    total.elapsed = duration;
-    total
+    merge_segments(tasks, duration).await
 }
 
 /// Fixed rate: `rate` requests per second in total, spread over `connections`,
@@ -290,6 +283,11 @@ pub async fn fixed_rate(
             })
         })
         .collect();
+    merge_segments(tasks, duration).await
+}
+
+/// One segment from every connection's, over the measured `duration`.
+async fn merge_segments(tasks: Vec<tokio::task::JoinHandle<Segment>>, duration: Duration) -> Segment {
     let mut total = Segment::empty();
     for task in tasks {
         if let Ok(segment) = task.await {

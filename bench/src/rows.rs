@@ -669,9 +669,10 @@ async fn row4(settings: &Settings) -> Result<Row> {
     let port = procs::free_port()?;
     let mut command = Command::new(python);
     command
-        .arg(procs::repo_root().join("bench/peers/uagent_echo.py"))
+        .arg(procs::repo_root().join("tests/interop/uagents/echo_agent.py"))
         .arg(agent_seed)
         .arg(port.to_string())
+        .arg("quiet")
         .current_dir(data.path())
         .env("PYTHONPATH", procs::repo_root().join("tests/interop/uagents"))
         .env("PYTHONWARNINGS", "ignore");

@@ -413,17 +413,7 @@ fn config_layers_apply_in_order_file_env_flag() {
 #[test]
 fn scaffolded_plugin_builds_and_loads() {
     let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"))
-        .args(["plugin", "new", "demo-echo", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let crate_dir = dir.path().join("demo-echo");
+    let crate_dir = crate::scripting::scaffold("demo-echo", "rust", dir.path());
     let build = std::process::Command::new("cargo")
         .args([
             "build",

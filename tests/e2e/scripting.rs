@@ -448,7 +448,7 @@ fn python_plugin_hot_reloads_under_load_with_no_failed_request() {
 }
 
 /// `agora-node plugin new NAME --lang LANG` into `parent`.
-fn scaffold(name: &str, lang: &str, parent: &Path) -> PathBuf {
+pub(crate) fn scaffold(name: &str, lang: &str, parent: &Path) -> PathBuf {
     let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
         .args(["plugin", "new", name, "--lang", lang, "--dir"])
         .arg(parent)

@@ -8,13 +8,9 @@ and the responder answers every message with JSON describing what it saw.
 """
 
 import json
-import logging
-import os
 import sys
 
-from agora import Receiver, ReceiverServer
-
-from scripted import ScriptedToolformer
+from scripted import serve_receiver
 
 port, storage_dir = int(sys.argv[1]), sys.argv[2]
 
@@ -31,18 +27,4 @@ def responder(conversation, message):
     return json.dumps({"echo": message, "round": conversation.turns, "protocol": protocol})
 
 
-toolformer = ScriptedToolformer(
-    {
-        "protocolChecking": lambda conversation, message: "The tools suffice. YES",
-        "default": responder,
-    }
-)
-receiver = Receiver.make_default(
-    toolformer,
-    storage_path=os.path.join(storage_dir, "receiver.json"),
-    implementation_threshold=10**6,
-)
-server = ReceiverServer(receiver)
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-print(f"listening on 127.0.0.1:{port}", flush=True)
-server.run(host="127.0.0.1", port=port)
+serve_receiver(responder, port, storage_dir)

@@ -37,3 +37,28 @@ class ScriptedToolformer(Toolformer):
         self.prompts.append((category, prompt))
         script = self.scripts.get(category) or self.scripts["default"]
         return ScriptedConversation(script, prompt, tools, category)
+
+
+def serve_receiver(answer, port, storage_dir, threaded=False):
+    """agora-protocol 0.2.0's own Receiver and Flask ReceiverServer on 127.0.0.1:PORT, with
+    the protocol checker saying YES and `answer(conversation, message)` as the model."""
+    import logging
+    import os
+
+    from agora import Receiver, ReceiverServer
+
+    toolformer = ScriptedToolformer(
+        {
+            "protocolChecking": lambda conversation, message: "The tools suffice. YES",
+            "default": answer,
+        }
+    )
+    receiver = Receiver.make_default(
+        toolformer,
+        storage_path=os.path.join(storage_dir, "receiver.json"),
+        implementation_threshold=10**6,
+    )
+    server = ReceiverServer(receiver)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    print(f"listening on 127.0.0.1:{port}", flush=True)
+    server.run(host="127.0.0.1", port=port, threaded=threaded)
