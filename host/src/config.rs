@@ -123,6 +123,19 @@ pub struct HttpConfig {
     pub request_timeout_ms: u64,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace_ms: u64,
+    /// The request line and headers must arrive within this; it also bounds how
+    /// long an idle keep-alive connection waits for its next request.
+    pub header_timeout_ms: u64,
+    /// Largest request line plus headers; beyond it 431.
+    pub max_header_bytes: usize,
+    /// Open connections across every listener (WebSockets included); more are closed at once.
+    pub max_connections: usize,
+    /// Open connections from one IP address; more are closed at once.
+    pub max_connections_per_ip: usize,
+    /// How much of a refused (over-limit or unread) body is read and thrown away so the
+    /// client, still writing, gets to read the refusal instead of a broken pipe.
+    pub discard_body_bytes: u64,
+    pub discard_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -410,6 +423,17 @@ impl Config {
             self.plugins.max_concurrent_calls as u64,
         )?;
         positive("http.max_body_bytes", self.http.max_body_bytes as u64)?;
+        positive("http.header_timeout_ms", self.http.header_timeout_ms)?;
+        positive("http.max_header_bytes", self.http.max_header_bytes as u64)?;
+        positive("http.max_connections", self.http.max_connections as u64)?;
+        positive(
+            "http.max_connections_per_ip",
+            self.http.max_connections_per_ip as u64,
+        )?;
+        positive("http.discard_timeout_ms", self.http.discard_timeout_ms)?;
+        if self.http.max_header_bytes < 1024 {
+            return Err(invalid("http.max_header_bytes", "must be at least 1024"));
+        }
         positive("envelopes.max_skew_secs", self.envelopes.max_skew_secs)?;
         positive(
             "envelopes.rate_limit_per_minute",

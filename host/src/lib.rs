@@ -9,6 +9,8 @@
 //! - [`runtime`]: the Wasm component runtime, plugin registry and hot reload.
 //! - [`store`]: durable state in sled.
 //! - [`transports`]: one module per wire protocol.
+//! - [`listener`]: the hardened HTTP accept loop (connection caps, header
+//!   timeouts, bodies refused without breaking the client's pipe).
 //! - [`node`]: wiring it all into listeners with graceful shutdown.
 
 pub mod cli;
@@ -16,6 +18,7 @@ pub mod config;
 pub mod crypto;
 pub mod dev;
 pub mod health;
+pub mod listener;
 pub mod metrics;
 pub mod node;
 pub mod runtime;

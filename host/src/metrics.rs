@@ -1,5 +1,6 @@
 //! Prometheus metrics served at `GET /metrics`: plugin calls by transport,
-//! plugin and outcome, their latency, reloads, traps and dropped events.
+//! plugin and outcome, their latency, reloads, traps and dropped events, and
+//! the listeners' open and refused connections.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -43,6 +45,11 @@ pub struct StreamLabels {
     pub stream: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -51,6 +58,9 @@ pub struct Metrics {
     pub reloads: Family<OutcomeLabels, Counter>,
     pub traps: Family<CallLabels, Counter>,
     pub events_dropped: Family<StreamLabels, Counter>,
+    pub connections_open: Gauge,
+    pub connections_refused: Family<ReasonLabels, Counter>,
+    pub bodies_refused: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -86,8 +96,29 @@ impl Metrics {
             "Live events dropped because a stream was behind",
             events_dropped.clone(),
         );
+        let connections_open = Gauge::default();
+        let connections_refused = Family::<ReasonLabels, Counter>::default();
+        let bodies_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "connections_open",
+            "Open client connections across the listeners, WebSockets included",
+            connections_open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed on arrival because a connection cap was reached",
+            connections_refused.clone(),
+        );
+        registry.register(
+            "bodies_refused",
+            "Request bodies refused by size before a handler read them",
+            bodies_refused.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            connections_open,
+            connections_refused,
+            bodies_refused,
             calls,
             latency,
             reloads,

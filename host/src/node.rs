@@ -1,9 +1,9 @@
 //! The running node: state, plugins, hot reload and the HTTP listeners.
 //!
 //! Every transport shares the main listener unless its section names its own
-//! `listen`; each listener bounds request bodies and time. Shutdown (SIGINT,
-//! SIGTERM) stops accepting, lets in-flight requests finish within
-//! `http.shutdown_grace_ms`, then flushes the store.
+//! `listen`; each listener bounds connections, headers, bodies and time (see
+//! [`crate::listener`]). Shutdown (SIGINT, SIGTERM) stops accepting, lets
+//! in-flight requests finish within `http.shutdown_grace_ms`, then flushes the store.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{Config, parse_listen};
+use crate::listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, watcher};
 use crate::store::Store;
@@ -46,6 +46,7 @@ pub enum NodeError {
 pub struct Node {
     state: NodeState,
     listeners: Vec<(SocketAddr, TcpListener, Router)>,
+    limits: ListenerLimits,
     _watcher: Option<watcher::PluginWatcher>,
 }
 
@@ -63,7 +64,8 @@ impl Node {
             path: store_dir.display().to_string(),
             source,
         })?;
-        let runtime = Runtime::new(config.clone(), store.clone(), Metrics::new())
+        let metrics = Metrics::new();
+        let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
         let started = Instant::now();
         runtime.load_all().await;
@@ -155,6 +157,7 @@ impl Node {
         Ok(Node {
             state,
             listeners,
+            limits: ListenerLimits::new(&config.http, metrics),
             _watcher: Some(watcher),
         })
     }
@@ -178,24 +181,12 @@ impl Node {
         let mut servers = Vec::new();
         for (addr, listener, router) in self.listeners {
             tracing::info!(%addr, "listening");
-            let mut stop = stop_rx.clone();
-            // Without TCP_NODELAY a reply written in two parts (a HAI `thinking`
-            // frame, then the first chunk) waits for the client's delayed ACK: 40 ms.
-            let listener = listener.tap_io(|tcp| {
-                if let Err(error) = tcp.set_nodelay(true) {
-                    tracing::debug!(%error, "could not set TCP_NODELAY");
-                }
-            });
-            servers.push(tokio::spawn(async move {
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<SocketAddr>(),
-                )
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|stopped| *stopped).await;
-                })
-                .await
-            }));
+            servers.push(tokio::spawn(listener::serve(
+                listener,
+                router,
+                self.limits.clone(),
+                stop_rx.clone(),
+            )));
         }
         shutdown.await;
         tracing::info!("shutting down; draining in-flight requests");
