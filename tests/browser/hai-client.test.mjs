@@ -127,7 +127,10 @@ try {
   await say(other, 'hello from elsewhere');
   text = await answer(other, 1);
   assert.match(text, /hello from elsewhere/);
-  assert.doesNotMatch(text, /food storage/);
+  await say(other, 'what did I say first?');
+  text = await answer(other, 2);
+  assert.match(text, /hello from elsewhere/);
+  assert.doesNotMatch(text, /rules for food storage/);
   await stranger.close();
 
   console.log('browser test passed');
