@@ -6,6 +6,14 @@
 //! What outlives a connection (history, the session record) is in sled; this
 //! is only the in-memory meeting point, dropped a while after its last user.
 //!
+//! The [`Hub`] is also where an open port is bounded: a session opens only with
+//! its secret (or is created, within the creation rate of the client address);
+//! live sessions are capped per address and in total, an address over its cap
+//! making room only among its own idle sessions, so churn from one address cannot
+//! push out another's; and pending approvals are capped per connection, per
+//! address and in total, each reservation a ticket that frees itself when the
+//! wait ends however it ends.
+//!
 //! The fan-out is one bounded queue per subscribed connection, not a tokio
 //! `broadcast` channel: a broadcast ring is allocated in full when the session
 //! starts (256 slots, ~12 KiB), which idle sessions would pay for nothing,
