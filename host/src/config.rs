@@ -303,6 +303,22 @@ pub struct HaiConfig {
     pub session_ttl_secs: u64,
     /// History entries kept per session (messages, tool results, approvals).
     pub max_history_entries: usize,
+    /// Web origins (`scheme://host[:port]`) allowed to open the WebSocket and read
+    /// history besides the node's own; empty = same origin only. No `Origin` = allowed.
+    pub allowed_origins: Vec<String>,
+    /// When not empty, the WebSocket and the history endpoint require this token
+    /// (`?token=` or `Authorization: Bearer`).
+    pub auth_token: String,
+    /// Sessions kept in memory at once; when full, the least recently used idle one is dropped.
+    pub max_live_sessions: usize,
+    /// Live sessions one client address (an IPv4 address or an IPv6 /64) may hold.
+    pub max_live_sessions_per_ip: usize,
+    /// New sessions one client address may create per minute.
+    pub new_sessions_per_ip_per_minute: u32,
+    /// Tool approvals waiting for a human: in total, per client address, per connection.
+    pub max_pending_approvals: usize,
+    pub max_pending_approvals_per_ip: usize,
+    pub max_pending_approvals_per_connection: usize,
 }
 
 /// Values given on the command line; only those set override the layers below.
@@ -450,6 +466,32 @@ impl Config {
         positive("hai.send_buffer_frames", self.hai.send_buffer_frames as u64)?;
         positive("hai.session_ttl_secs", self.hai.session_ttl_secs)?;
         positive("hai.max_history_entries", self.hai.max_history_entries as u64)?;
+        positive("hai.max_live_sessions", self.hai.max_live_sessions as u64)?;
+        positive(
+            "hai.max_live_sessions_per_ip",
+            self.hai.max_live_sessions_per_ip as u64,
+        )?;
+        positive(
+            "hai.new_sessions_per_ip_per_minute",
+            u64::from(self.hai.new_sessions_per_ip_per_minute),
+        )?;
+        positive("hai.max_pending_approvals", self.hai.max_pending_approvals as u64)?;
+        positive(
+            "hai.max_pending_approvals_per_ip",
+            self.hai.max_pending_approvals_per_ip as u64,
+        )?;
+        positive(
+            "hai.max_pending_approvals_per_connection",
+            self.hai.max_pending_approvals_per_connection as u64,
+        )?;
+        for origin in &self.hai.allowed_origins {
+            if crate::transports::hai::access::normalise_origin(origin).is_none() {
+                return Err(invalid(
+                    "hai.allowed_origins",
+                    format!("{origin:?} is not an origin like https://chat.example.com"),
+                ));
+            }
+        }
         positive("agora.conversation_ttl_secs", self.agora.conversation_ttl_secs)?;
         if self.plugins.max_memory_mb > 4096 {
             return Err(invalid(

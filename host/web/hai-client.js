@@ -3,8 +3,15 @@
 // localStorage, shows the session's history from the node on load, streams
 // answers chunk by chunk, shows tool activity, asks for approvals in a modal,
 // and reconnects with exponential backoff.
+//
+// The node hands the connection that creates a session its secret (a `session`
+// frame); the page keeps it with the id and shows it when it resumes the session
+// or reads its history. An operator token, when the node wants one, comes from
+// the page's address (`/?token=…`) and is kept for later visits.
 
 const SESSION_KEY = 'agora_session_id';
+const SECRET_KEY = 'agora_session_secret';
+const TOKEN_KEY = 'agora_token';
 const BASE_DELAY_MS = 1000;
 const MAX_DELAY_MS = 30000;
 const MAX_RECONNECT_ATTEMPTS = 8;
@@ -14,6 +21,8 @@ const $ = (id) => document.getElementById(id);
 const wsPath = document.body.dataset.wsPath || '/ws';
 
 let sessionId = getOrCreateSessionId();
+let sessionSecret = localStorage.getItem(SECRET_KEY);
+const token = getToken();
 let ws = null;
 let reconnectAttempts = 0;
 let reconnectTimer = null;
@@ -35,8 +44,21 @@ function getOrCreateSessionId() {
   if (!id) {
     id = newId();
     localStorage.setItem(SESSION_KEY, id);
+    localStorage.removeItem(SECRET_KEY);
   }
   return id;
+}
+
+function getToken() {
+  const fromAddress = new URLSearchParams(location.search).get('token');
+  if (fromAddress) localStorage.setItem(TOKEN_KEY, fromAddress);
+  return fromAddress || localStorage.getItem(TOKEN_KEY);
+}
+
+function onSession(frame) {
+  if (frame.session_id !== sessionId) return;
+  sessionSecret = frame.session_secret;
+  localStorage.setItem(SECRET_KEY, sessionSecret);
 }
 
 // --- Rendering ---
@@ -193,6 +215,7 @@ function handleMessage(frame) {
     case 'tool_approval_request': return openApproval(frame);
     case 'status': return onStatus(frame);
     case 'error': return onError(frame);
+    case 'session': return onSession(frame);
     default: console.warn('unknown frame type', frame.type);
   }
 }
@@ -204,7 +227,10 @@ async function loadHistory() {
   streams.clear();
   tools.clear();
   try {
-    const reply = await fetch(`${wsPath}/sessions/${encodeURIComponent(sessionId)}/history`);
+    const headers = {};
+    if (sessionSecret) headers['X-HAI-Session-Secret'] = sessionSecret;
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const reply = await fetch(`${wsPath}/sessions/${encodeURIComponent(sessionId)}/history`, { headers });
     if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
     const { entries } = await reply.json();
     for (const entry of entries) {
@@ -236,7 +262,10 @@ function setConnection(state, text) {
 
 function socketUrl() {
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-  return `${scheme}://${location.host}${wsPath}?session_id=${encodeURIComponent(sessionId)}`;
+  const query = new URLSearchParams({ session_id: sessionId });
+  if (sessionSecret) query.set('session_secret', sessionSecret);
+  if (token) query.set('token', token);
+  return `${scheme}://${location.host}${wsPath}?${query}`;
 }
 
 function connect() {
@@ -290,7 +319,9 @@ function send(frame) {
 
 async function startNewSession() {
   sessionId = newId();
+  sessionSecret = null;
   localStorage.setItem(SESSION_KEY, sessionId);
+  localStorage.removeItem(SECRET_KEY);
   $('session-id').textContent = sessionId;
   const old = ws;
   ws = null;

@@ -1,6 +1,7 @@
 // Drives the node's HAI browser client in Debian's chromium with playwright-core:
-// a streamed answer, a tool call, an approved and a rejected report, and the
-// history after a reload. Run by tests/e2e/hai.rs with HAI_URL set; writes
+// a streamed answer, a tool call, an approved and a rejected report, the
+// history after a reload (with the session secret the node issued), and a
+// second browser that knows only the session id getting a session of its own. Run by tests/e2e/hai.rs with HAI_URL set; writes
 // SCREENSHOT (default ./screenshot.png).
 import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
@@ -40,6 +41,10 @@ try {
   await page.waitForSelector('#connection[data-state="connected"]');
   const sessionId = await page.evaluate(() => localStorage.getItem('agora_session_id'));
   assert.match(sessionId, /^[0-9a-f-]{36}$/);
+  // The node issued the session's secret to the connection that created it.
+  await page.waitForFunction(() => localStorage.getItem('agora_session_secret'));
+  const secret = await page.evaluate(() => localStorage.getItem('agora_session_secret'));
+  assert.match(secret, /^[0-9a-f]{64}$/);
 
   // 1. A streamed answer: the text grows chunk by chunk in the page.
   await page.evaluate(() => {
@@ -101,6 +106,32 @@ try {
   await say(page, 'what did I say first?');
   text = await answer(page, 5);
   assert.match(text, /What are the rules for food storage\?/);
+  assert.equal(await page.evaluate(() => localStorage.getItem('agora_session_secret')), secret);
+
+  // 6. Another browser that knows only the id: no history, no way in; it gets a new session.
+  const stranger = await browser.newContext();
+  await stranger.addInitScript((id) => {
+    if (!sessionStorage.getItem('seeded')) {
+      sessionStorage.setItem('seeded', '1');
+      localStorage.setItem('agora_session_id', id);
+    }
+  }, sessionId);
+  const other = await stranger.newPage();
+  await other.goto(url);
+  await other.waitForFunction(
+    (id) => localStorage.getItem('agora_session_id') !== id && localStorage.getItem('agora_session_secret'),
+    sessionId,
+  );
+  await other.waitForSelector('#connection[data-state="connected"]');
+  assert.equal(await other.locator('.msg.user').count(), 0);
+  await say(other, 'hello from elsewhere');
+  text = await answer(other, 1);
+  assert.match(text, /hello from elsewhere/);
+  await say(other, 'what did I say first?');
+  text = await answer(other, 2);
+  assert.match(text, /hello from elsewhere/);
+  assert.doesNotMatch(text, /rules for food storage/);
+  await stranger.close();
 
   console.log('browser test passed');
 } finally {

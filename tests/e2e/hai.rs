@@ -2,17 +2,20 @@
 //! and `inspection-tools` plugins, real WebSockets (tokio-tungstenite), and the
 //! browser client in Debian's chromium driven by Playwright.
 
+use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, client_async, connect_async};
 
-use crate::support::{TestNode, get, get_json};
+use crate::support::{HttpReply, TestNode, get};
 
 /// Upper bound on waiting for one frame, so a broken node fails the test instead of hanging it.
 const FRAME_WAIT: Duration = Duration::from_secs(60);
@@ -27,8 +30,17 @@ fn builder() -> crate::support::NodeBuilder {
         .plugin("inspection-tools")
 }
 
+/// The node's HTTP answer to a WebSocket upgrade it refused.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) status: u16,
+    pub(crate) body: String,
+}
+
 pub(crate) struct Client {
-    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub(crate) socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// The secret of the session this connection created, from the node's `session` frame.
+    secret: Option<String>,
 }
 
 impl Client {
@@ -36,16 +48,65 @@ impl Client {
         Self::connect_url(&node.ws_url("/ws")).await
     }
 
-    async fn connect_to_session(node: &TestNode, session: &str) -> Client {
-        Self::connect_url(&node.ws_url(&format!("/ws?session_id={session}"))).await
+    /// Join (or create) `session` when connecting; `secret` is needed to join an existing one.
+    pub(crate) async fn connect_to_session(node: &TestNode, session: &str, secret: Option<&str>) -> Client {
+        let mut path = format!("/ws?session_id={session}");
+        if let Some(secret) = secret {
+            path.push_str(&format!("&session_secret={secret}"));
+        }
+        Self::connect_url(&node.ws_url(&path)).await
     }
 
     async fn connect_url(url: &str) -> Client {
         let (socket, _) = connect_async(url).await.expect("WebSocket connect");
-        Client { socket }
+        Client { socket, secret: None }
     }
 
-    async fn send(&mut self, frame: Value) {
+    /// Connect with `request` (headers of its own) from the loopback address `from`
+    /// (127.0.0.x: each is another client address to the node); the node's HTTP
+    /// answer when it refuses the upgrade.
+    pub(crate) async fn connect_from(from: IpAddr, request: Request) -> Result<Client, Refused> {
+        let port = request.uri().port_u16().expect("a port");
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind((from, 0).into()).expect("binding a loopback address");
+        let stream = socket
+            .connect(([127, 0, 0, 1], port).into())
+            .await
+            .expect("TCP connect");
+        match client_async(request, MaybeTlsStream::Plain(stream)).await {
+            Ok((socket, _)) => Ok(Client { socket, secret: None }),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                let status = response.status().as_u16();
+                let body = response
+                    .body()
+                    .as_ref()
+                    .map(|b| String::from_utf8_lossy(b).to_string())
+                    .unwrap_or_default();
+                Err(Refused { status, body })
+            }
+            Err(other) => panic!("WebSocket connect failed: {other}"),
+        }
+    }
+
+    /// The secret the node issued when this connection created its session.
+    pub(crate) fn secret(&self) -> String {
+        self.secret.clone().expect("this connection created a session")
+    }
+
+    /// The node's `session` frame, which must come first on a connection that
+    /// created its session when it connected; its secret.
+    pub(crate) async fn created(&mut self) -> String {
+        let frame = self.next_raw().await;
+        assert_eq!(
+            frame["type"], "session",
+            "expected the session frame, got {frame}"
+        );
+        let secret = frame["session_secret"].as_str().expect("a secret").to_string();
+        self.secret = Some(secret.clone());
+        secret
+    }
+
+    pub(crate) async fn send(&mut self, frame: Value) {
         self.send_text(&frame.to_string()).await;
     }
 
@@ -70,8 +131,26 @@ impl Client {
         self.send(frame).await;
     }
 
-    /// The next JSON frame (pings are answered by the library and skipped).
-    async fn next(&mut self) -> Value {
+    /// The next JSON frame (pings are answered by the library and skipped). The
+    /// node's `session` frame is checked and kept, not returned: every test of
+    /// the spec's frames sees them as a spec client would.
+    pub(crate) async fn next(&mut self) -> Value {
+        loop {
+            let frame = self.next_raw().await;
+            if frame["type"] == "session" {
+                let secret = frame["session_secret"].as_str().expect("a secret").to_string();
+                assert_eq!(secret.len(), 64, "{frame}");
+                assert!(frame["session_id"].is_string(), "{frame}");
+                assert!(self.secret.is_none(), "one session frame per connection: {frame}");
+                self.secret = Some(secret);
+                continue;
+            }
+            return frame;
+        }
+    }
+
+    /// The next JSON frame, whatever its type.
+    pub(crate) async fn next_raw(&mut self) -> Value {
         loop {
             let message = tokio::time::timeout(FRAME_WAIT, self.socket.next())
                 .await
@@ -89,7 +168,7 @@ impl Client {
     }
 
     /// Frames up to and including the first that satisfies `last`.
-    async fn until(&mut self, last: impl Fn(&Value) -> bool) -> Vec<Value> {
+    pub(crate) async fn until(&mut self, last: impl Fn(&Value) -> bool) -> Vec<Value> {
         let mut frames = Vec::new();
         loop {
             let frame = self.next().await;
@@ -107,7 +186,7 @@ impl Client {
             .await
     }
 
-    async fn error(&mut self) -> Value {
+    pub(crate) async fn error(&mut self) -> Value {
         let frame = self.next().await;
         assert_eq!(frame["type"], "error", "expected an error frame, got {frame}");
         frame
@@ -116,6 +195,51 @@ impl Client {
 
 pub(crate) fn session_id(label: &str) -> String {
     format!("{label}-{}", std::process::id())
+}
+
+/// `GET /ws/sessions/{session}/history` with the session's secret (as the header the browser uses).
+pub(crate) fn history(node: &TestNode, session: &str, secret: &str) -> Value {
+    let reply = get_with(
+        &node.url(&format!("/ws/sessions/{session}/history")),
+        &[("x-hai-session-secret", secret)],
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()
+}
+
+/// A GET with request headers, over a real socket.
+pub(crate) fn get_with(url: &str, headers: &[(&str, &str)]) -> HttpReply {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut request = agent.get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut response = request.call().expect("HTTP request failed");
+    HttpReply {
+        status: response.status().as_u16(),
+        content_type: response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+        body: response.body_mut().read_to_string().unwrap_or_default(),
+    }
+}
+
+/// A WebSocket request for `path` on the node with extra headers (Origin, Authorization…).
+pub(crate) fn ws_request(node: &TestNode, path: &str, headers: &[(&'static str, &str)]) -> Request {
+    let mut request = node.ws_url(path).into_client_request().expect("a request");
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(*name, value.parse().expect("a header value"));
+    }
+    request
 }
 
 pub(crate) fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -348,7 +472,7 @@ async fn flow3_report_needs_approval_and_honours_rejection_with_feedback() {
     assert!(text.contains("was not generated"), "{text}");
 
     // The history has both decisions and the tool result.
-    let history = get_json(&node.url(&format!("/ws/sessions/{session}/history"))).unwrap();
+    let history = history(&node, &session, &client.secret());
     let entries = history["entries"].as_array().unwrap();
     let approvals: Vec<&Value> = entries.iter().filter(|e| e["role"] == "approval").collect();
     assert_eq!(approvals.len(), 2);
@@ -449,7 +573,7 @@ async fn bad_frames_get_error_frames_and_the_connection_stays_usable() {
     if let Some(code) = closed {
         assert_eq!(code, 1009);
     }
-    let mut again = Client::connect(&node).await;
+    let mut again = Client::connect_to_session(&node, &session, Some(&client.secret())).await;
     again.say(&session, "still there?").await;
     assert!(streamed_text(&again.turn().await).contains("still there?"));
 }
@@ -458,12 +582,16 @@ async fn bad_frames_get_error_frames_and_the_connection_stays_usable() {
 async fn sessions_are_isolated_and_every_connection_of_a_session_sees_its_frames() {
     let node = node();
     let (a, b) = (session_id("iso-a"), session_id("iso-b"));
-    let mut a1 = Client::connect(&node).await;
-    let mut a2 = Client::connect_to_session(&node, &a).await;
+    // a2 creates session A when it connects; a1 joins it with the secret a2 was given.
+    let mut a2 = Client::connect_to_session(&node, &a, None).await;
+    let secret_a = a2.created().await;
+    let mut a1 = Client::connect_to_session(&node, &a, Some(&secret_a)).await;
     let mut b1 = Client::connect(&node).await;
-    // Once a2 answers a frame, its subscription (made when it connected) is in place.
-    a2.approve("appr_probe", true, None).await;
-    assert_eq!(a2.error().await["error_code"], "unknown_approval");
+    // Once a connection answers a frame, its subscription (made when it connected) is in place.
+    for client in [&mut a1, &mut a2] {
+        client.approve("appr_probe", true, None).await;
+        assert_eq!(client.error().await["error_code"], "unknown_approval");
+    }
 
     a1.say(&a, "Alpha says: cold storage first").await;
     let seen_by_a1 = a1.turn().await;
@@ -506,7 +634,7 @@ async fn sessions_are_isolated_and_every_connection_of_a_session_sees_its_frames
     let text = streamed_text(&a1.turn().await);
     assert!(text.contains("has been generated"), "{text}");
 
-    let history = get_json(&node.url(&format!("/ws/sessions/{b}/history"))).unwrap();
+    let history = history(&node, &b, &b1.secret());
     let users: Vec<&str> = history["entries"]
         .as_array()
         .unwrap()
@@ -521,6 +649,7 @@ async fn sessions_are_isolated_and_every_connection_of_a_session_sees_its_frames
 async fn history_survives_reconnects_and_node_restarts() {
     let data = tempfile::tempdir().unwrap();
     let session = session_id("restart");
+    let secret;
     {
         let node = builder().data_dir(data.path()).start();
         let mut client = Client::connect(&node).await;
@@ -528,21 +657,25 @@ async fn history_survives_reconnects_and_node_restarts() {
             .say(&session, "My first words: check the walk-in freezer")
             .await;
         client.turn().await;
+        secret = client.secret();
         drop(client);
-        let mut client = Client::connect_to_session(&node, &session).await;
+        let mut client = Client::connect_to_session(&node, &session, Some(&secret)).await;
         client.say(&session, "and a second message").await;
         client.turn().await;
         assert!(node.stop().success());
     }
     let node = builder().data_dir(data.path()).start();
+    // After a restart the secret still opens the session, here from its first message.
     let mut client = Client::connect(&node).await;
-    client.say(&session, "what did I say first?").await;
+    client
+        .send(json!({"type": "user_message", "content": "what did I say first?", "session_id": session, "session_secret": secret}))
+        .await;
     let text = streamed_text(&client.turn().await);
     assert!(
         text.contains("My first words: check the walk-in freezer"),
         "{text}"
     );
-    let history = get_json(&node.url(&format!("/ws/sessions/{session}/history"))).unwrap();
+    let history = history(&node, &session, &secret);
     let roles: Vec<&str> = history["entries"]
         .as_array()
         .unwrap()
@@ -572,7 +705,7 @@ async fn rate_limit_is_per_session_and_leaves_the_connection_usable() {
     client.approve("appr_nope", false, None).await;
     assert_eq!(client.error().await["error_code"], "unknown_approval");
     // A reconnect does not reset the session's window.
-    let mut again = Client::connect_to_session(&node, &session).await;
+    let mut again = Client::connect_to_session(&node, &session, Some(&client.secret())).await;
     again.say(&session, "sneaky").await;
     assert_eq!(again.error().await["error_code"], "rate_limit_exceeded");
     // Another session has its own window.

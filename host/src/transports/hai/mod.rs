@@ -13,20 +13,33 @@
 //! A connection belongs to one session: the one named in `?session_id=` when it
 //! connects, or else in its first `user_message`. It then receives every frame
 //! of that session, also those caused by other connections on it.
+//!
+//! Open-port rules ([`access`], the `hai.*` limits in `config/agora.toml`): a
+//! browser's `Origin` must be the node's own or listed; `hai.auth_token`, when
+//! set, is required; the connection that creates a session gets its secret in a
+//! `{"type":"session","session_id":…,"session_secret":…}` frame (a type the spec's
+//! clients ignore), and any other connection needs that secret to use the session
+//! (`?session_secret=`, the `X-HAI-Session-Secret` header, or `session_secret` in
+//! its first `user_message`), as does the history endpoint. Sessions created per
+//! client address, live sessions and pending approvals are capped, each refusal a
+//! `rate_limit_exceeded` frame naming its limit. What a client is told about (its
+//! message taken, an approval decided, the reply) is committed to disk first.
 
+pub mod access;
 mod session;
 mod turn;
 pub mod wire;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
@@ -36,7 +49,7 @@ use tokio::sync::mpsc;
 use super::NodeState;
 use crate::runtime::{ApprovalOutcome, FailureKind, InvokeError};
 use crate::store::{Collection, StoreError, now_ms};
-use session::{Hub, Session};
+use session::{Attached, Hub, Limits, Opened, Origin, Session, Stored};
 use wire::{ApprovalResponse, Inbound, Outbound, UserMessage};
 
 /// How long one write to a client may take before the client counts as gone.
@@ -66,7 +79,7 @@ pub fn router(state: NodeState) -> Router {
     let path = if path.is_empty() { "/ws" } else { path }.to_string();
     let page = CLIENT_HTML.replace("{{WS_PATH}}", &path);
     let shared = Shared {
-        hub: Hub::new(config.send_buffer_frames),
+        hub: Hub::new(Limits::from_config(config)),
         node: state,
         page: Arc::from(page),
     };
@@ -88,6 +101,22 @@ pub enum HaiError {
     InvalidMessage(String),
     #[error("Invalid session: {0}")]
     InvalidSession(String),
+    #[error(
+        "Invalid session: this session exists; resume it with its session_secret, or start a new session"
+    )]
+    SessionSecret,
+    #[error("Too many sessions ({limit} = {value}); try again later")]
+    TooManySessions {
+        limit: &'static str,
+        value: usize,
+        retry_after_ms: u64,
+    },
+    #[error("Too many tool approvals are waiting for a human ({limit} = {value}); answer those first")]
+    TooManyApprovals { limit: &'static str, value: usize },
+    #[error("Origin {0:?} may not use this node's chat; add it to hai.allowed_origins")]
+    OriginRefused(String),
+    #[error("This node's chat needs its operator token (?token= or Authorization: Bearer)")]
+    Unauthorized,
     #[error("Too many messages: at most {per_minute} per minute in a session")]
     RateLimited { per_minute: u32, retry_after_ms: u64 },
     #[error("Too many messages are already waiting for an answer in this session")]
@@ -141,8 +170,13 @@ impl HaiError {
         match self {
             HaiError::InvalidJson(_) => "invalid_json",
             HaiError::InvalidMessage(_) => "invalid_message",
-            HaiError::InvalidSession(_) => "invalid_session",
-            HaiError::RateLimited { .. } | HaiError::Busy => "rate_limit_exceeded",
+            HaiError::InvalidSession(_) | HaiError::SessionSecret => "invalid_session",
+            HaiError::RateLimited { .. }
+            | HaiError::Busy
+            | HaiError::TooManySessions { .. }
+            | HaiError::TooManyApprovals { .. } => "rate_limit_exceeded",
+            HaiError::OriginRefused(_) => "origin_refused",
+            HaiError::Unauthorized => "unauthorized",
             HaiError::Moderation { .. } => "moderation_violation",
             HaiError::UnknownApproval(_) => "unknown_approval",
             HaiError::ToolFailed { .. } => "tool_execution_failed",
@@ -166,6 +200,12 @@ impl HaiError {
                 tool, tool_call_id, ..
             } => Some(json!({"tool_name": tool, "tool_call_id": tool_call_id})),
             HaiError::UnknownApproval(id) => Some(json!({"approval_id": id})),
+            HaiError::TooManySessions {
+                limit,
+                value,
+                retry_after_ms,
+            } => Some(json!({"limit": limit, "value": value, "retry_after_ms": retry_after_ms})),
+            HaiError::TooManyApprovals { limit, value } => Some(json!({"limit": limit, "value": value})),
             _ => None,
         };
         Outbound::Error {
@@ -173,6 +213,31 @@ impl HaiError {
             message: self.to_string(),
             details,
         }
+    }
+
+    /// The same refusal for the HTTP side (the upgrade and the history endpoint).
+    pub fn to_http(&self) -> Response {
+        let status = match self {
+            HaiError::InvalidSession(_) => StatusCode::BAD_REQUEST,
+            HaiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            HaiError::OriginRefused(_) | HaiError::SessionSecret => StatusCode::FORBIDDEN,
+            HaiError::TooManySessions { .. } | HaiError::RateLimited { .. } | HaiError::Busy => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let mut response = (
+            status,
+            axum::Json(json!({"error_code": self.code(), "message": self.to_string()})),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 
     fn log(&self, context: &str) {
@@ -194,8 +259,8 @@ fn history_id(session_id: &str) -> String {
 impl Shared {
     /// Keep the session's record alive for another `session_ttl_secs`; the
     /// sweeper removes the record and its history once it lapses.
-    fn record_session(&self, session_id: &str) -> Result<(), HaiError> {
-        let key = history_id(session_id);
+    fn record_session(&self, session: &Session) -> Result<(), HaiError> {
+        let key = history_id(&session.id);
         let store = &self.node.store;
         let now = now_ms();
         let created = store
@@ -206,7 +271,7 @@ impl Shared {
         store.put(
             Collection::Sessions,
             key.as_bytes(),
-            &json!({"created_at_ms": created, "last_used_ms": now}),
+            &json!({"created_at_ms": created, "last_used_ms": now, "secret_sha256": hex::encode(session.secret)}),
             Some(expires),
         )?;
         Ok(())
@@ -221,6 +286,70 @@ impl Shared {
             self.node.config.hai.max_history_entries,
         )?;
         Ok(())
+    }
+
+    /// Make what was appended durable before a client is told about it.
+    async fn commit(&self) -> Result<(), HaiError> {
+        self.node
+            .store
+            .commit()
+            .await
+            .map_err(|error| HaiError::Internal(format!("committing to disk failed: {error}")))
+    }
+
+    /// What the store knows of a session that is not in memory. An expired record
+    /// not yet swept is removed with its history now: the id is free again, and a
+    /// new owner must not see what the old one said.
+    fn stored_session(&self, session_id: &str) -> Result<Stored, HaiError> {
+        let key = history_id(session_id);
+        let store = &self.node.store;
+        match store.get::<Value>(Collection::Sessions, key.as_bytes())? {
+            Some(record) => {
+                let hash = record["secret_sha256"]
+                    .as_str()
+                    .and_then(|text| hex::decode(text).ok())
+                    .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());
+                Ok(Stored::Known(hash))
+            }
+            None => {
+                if store.expired(Collection::Sessions, key.as_bytes())? {
+                    store.remove_history(&key)?;
+                    store.remove(Collection::Sessions, key.as_bytes())?;
+                }
+                Ok(Stored::Unknown)
+            }
+        }
+    }
+
+    /// The history endpoint's checks: the operator token, then the session's secret
+    /// (its live copy, else its record). An unknown session has nothing to show.
+    fn authorize_history(
+        &self,
+        id: &str,
+        query: &HashMap<String, String>,
+        headers: &HeaderMap,
+    ) -> Result<(), HaiError> {
+        let config = &self.node.config.hai;
+        access::check_origin(&config.allowed_origins, headers)?;
+        access::check_token(
+            &config.auth_token,
+            query.get(access::TOKEN_PARAM).map(String::as_str),
+            headers,
+        )?;
+        wire::check_session_id(id)?;
+        let presented =
+            access::presented_secret(query.get(access::SECRET_PARAM).map(String::as_str), headers);
+        let expected = match self.hub.live(id) {
+            Some(session) => Some(session.secret),
+            None => match self.stored_session(id)? {
+                Stored::Known(hash) => Some(hash.ok_or(HaiError::SessionSecret)?),
+                Stored::Unknown => None,
+            },
+        };
+        match expected {
+            Some(hash) if !access::secret_matches(presented, &hash) => Err(HaiError::SessionSecret),
+            _ => Ok(()),
+        }
     }
 
     fn session_history(&self, session_id: &str) -> Result<Vec<Value>, HaiError> {
@@ -291,21 +420,18 @@ fn static_file(content_type: &'static str, body: String) -> Response {
 
 /// `GET {path}/sessions/{id}/history`: the session's messages, tool results and
 /// approvals, oldest first, so a reloaded page can show the conversation.
-async fn history(State(shared): State<Shared>, Path(id): Path<String>) -> Response {
-    let result = wire::check_session_id(&id).and_then(|()| shared.session_history(&id));
+async fn history(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let result = shared
+        .authorize_history(&id, &query, &headers)
+        .and_then(|()| shared.session_history(&id));
     match result {
         Ok(entries) => axum::Json(json!({"session_id": id, "entries": entries})).into_response(),
-        Err(error) => {
-            let status = match error {
-                HaiError::InvalidSession(_) => StatusCode::BAD_REQUEST,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (
-                status,
-                axum::Json(json!({"error_code": error.code(), "message": error.to_string()})),
-            )
-                .into_response()
-        }
+        Err(error) => error.to_http(),
     }
 }
 
@@ -313,19 +439,32 @@ async fn history(State(shared): State<Shared>, Path(id): Path<String>) -> Respon
 
 async fn upgrade(
     State(shared): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let config = &shared.node.config.hai;
+    // Before the upgrade: a refused page or a missing token never gets a socket.
+    let checked = access::check_origin(&config.allowed_origins, &headers).and_then(|()| {
+        access::check_token(
+            &config.auth_token,
+            query.get(access::TOKEN_PARAM).map(String::as_str),
+            &headers,
+        )
+    });
+    if let Err(error) = checked {
+        error.log("upgrade");
+        return error.to_http();
+    }
     let initial = query.get("session_id").cloned();
     if let Some(id) = &initial
         && let Err(error) = wire::check_session_id(id)
     {
-        return (
-            StatusCode::BAD_REQUEST,
-            axum::Json(json!({"error_code": error.code(), "message": error.to_string()})),
-        )
-            .into_response();
+        return error.to_http();
     }
+    let secret = access::presented_secret(query.get(access::SECRET_PARAM).map(String::as_str), &headers)
+        .map(str::to_string);
     let max_frame = shared.node.config.hai.max_frame_bytes;
     ws.max_message_size(max_frame)
         .max_frame_size(max_frame)
@@ -335,7 +474,7 @@ async fn upgrade(
         // Outbound frames are bounded (chunks by the plugin event limit, replies by the turn);
         // the write buffer never needs to hold more than a few of them.
         .max_write_buffer_size(8 << 20)
-        .on_upgrade(move |socket| connection(socket, shared, initial))
+        .on_upgrade(move |socket| connection(socket, shared, peer, initial, secret))
 }
 
 /// What the reader hands the writer.
@@ -349,7 +488,11 @@ enum Out {
 struct Connection {
     shared: Shared,
     direct: mpsc::Sender<Out>,
-    session: Option<Arc<Session>>,
+    session: Option<Attached>,
+    /// Its client address and pending approvals, for the per-address and per-connection bounds.
+    origin: Origin,
+    /// The session secret presented when it connected.
+    secret: Option<String>,
 }
 
 impl Connection {
@@ -364,7 +507,7 @@ impl Connection {
         self.send_direct(Out::Frame(error.to_frame().to_text()))
     }
 
-    fn bind(&mut self, session_id: &str) -> Result<Arc<Session>, HaiError> {
+    fn bind(&mut self, session_id: &str, secret: Option<&str>) -> Result<Arc<Session>, HaiError> {
         if let Some(session) = &self.session {
             if session.id != session_id {
                 return Err(HaiError::InvalidSession(format!(
@@ -372,21 +515,39 @@ impl Connection {
                     session.id
                 )));
             }
-            return Ok(session.clone());
+            return Ok(Arc::clone(session));
         }
-        let session = self.shared.hub.session(session_id)?;
+        let secret = secret.or(self.secret.as_deref());
+        let shared = &self.shared;
+        let opened = shared.hub.open(session_id, secret, self.origin.ip, || {
+            shared.stored_session(session_id)
+        })?;
+        let session = match opened {
+            Opened::Existing(session) => session,
+            Opened::Created(session, secret) => {
+                // Queued before the subscription, so it is this connection's first frame of the session.
+                let frame = Outbound::Session {
+                    session_id: session.id.clone(),
+                    session_secret: secret,
+                };
+                if !self.send_direct(Out::Frame(frame.to_text())) {
+                    return Err(HaiError::Overloaded);
+                }
+                session
+            }
+        };
         if !self.send_direct(Out::Subscribe(session.subscribe())) {
             return Err(HaiError::Overloaded);
         }
-        self.session = Some(session.clone());
+        self.session = Some(session.attach());
         Ok(session)
     }
 
     /// Handle one text frame. `false` when the connection must close.
-    fn on_text(&mut self, text: &str) -> bool {
+    async fn on_text(&mut self, text: &str) -> bool {
         let outcome = match wire::parse(text) {
             Ok(Inbound::UserMessage(message)) => self.on_user_message(message),
-            Ok(Inbound::ApprovalResponse(response)) => self.on_approval(response),
+            Ok(Inbound::ApprovalResponse(response)) => self.on_approval(response).await,
             Err(error) => Err(error),
         };
         match outcome {
@@ -396,17 +557,26 @@ impl Connection {
     }
 
     fn on_user_message(&mut self, message: UserMessage) -> Result<(), HaiError> {
-        let session = self.bind(&message.session_id)?;
+        let session = self.bind(&message.session_id, message.session_secret.as_deref())?;
         let config = &self.shared.node.config.hai;
         session.admit(config.messages_per_minute)?;
         self.shared.moderate(&message.content)?;
         let queued = session.enqueue()?;
-        tokio::spawn(turn::run(self.shared.clone(), session, message, queued));
+        tokio::spawn(turn::run(
+            self.shared.clone(),
+            session,
+            self.origin.clone(),
+            message,
+            queued,
+        ));
         Ok(())
     }
 
-    fn on_approval(&mut self, response: ApprovalResponse) -> Result<(), HaiError> {
-        let Some(session) = &self.session else {
+    /// Only a connection bound to the session (its creator, or one that showed the
+    /// secret) can answer its approvals. The decision is on disk before the tool may
+    /// run, since the frames that follow tell every client it was taken.
+    async fn on_approval(&mut self, response: ApprovalResponse) -> Result<(), HaiError> {
+        let Some(session) = self.session.as_deref().cloned() else {
             return Err(HaiError::UnknownApproval(response.approval_id));
         };
         let outcome = if response.approved {
@@ -416,21 +586,30 @@ impl Connection {
                 feedback: response.feedback.clone(),
             }
         };
-        let tool_name = session.resolve(&response.approval_id, outcome)?;
+        let decision = session.take(&response.approval_id)?;
         let entry = json!({
             "approval_id": response.approval_id,
-            "tool_name": tool_name,
+            "tool_name": decision.tool_name(),
             "approved": response.approved,
             "feedback": response.feedback,
         });
-        if let Err(error) = self.shared.append(&session.id, "approval", entry) {
-            tracing::warn!(session = %session.id, %error, "hai: approval not recorded");
+        // Not recorded, not acted on: the dropped decision ends the wait as unanswered.
+        self.shared.append(&session.id, "approval", entry)?;
+        self.shared.commit().await?;
+        if !decision.deliver(outcome) {
+            return Err(HaiError::UnknownApproval(response.approval_id));
         }
         Ok(())
     }
 }
 
-async fn connection(socket: WebSocket, shared: Shared, initial_session: Option<String>) {
+async fn connection(
+    socket: WebSocket,
+    shared: Shared,
+    peer: SocketAddr,
+    initial_session: Option<String>,
+    secret: Option<String>,
+) {
     let config = shared.node.config.hai.clone();
     let (sink, mut stream) = socket.split();
     let (direct, outbox) = mpsc::channel(config.send_buffer_frames);
@@ -445,9 +624,11 @@ async fn connection(socket: WebSocket, shared: Shared, initial_session: Option<S
         shared,
         direct,
         session: None,
+        origin: Origin::new(peer.ip()),
+        secret,
     };
     if let Some(id) = initial_session
-        && let Err(error) = connection.bind(&id)
+        && let Err(error) = connection.bind(&id, None)
     {
         connection.reply_error(&error);
     }
@@ -458,7 +639,7 @@ async fn connection(socket: WebSocket, shared: Shared, initial_session: Option<S
         };
         last_heard.store(now_ms(), Ordering::Relaxed);
         let keep_open = match message {
-            Some(Ok(Message::Text(text))) => connection.on_text(text.as_str()),
+            Some(Ok(Message::Text(text))) => connection.on_text(text.as_str()).await,
             Some(Ok(Message::Binary(_))) => connection.reply_error(&HaiError::InvalidMessage(
                 "frames are JSON text; binary frames are not part of the protocol".into(),
             )),

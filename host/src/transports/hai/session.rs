@@ -6,12 +6,22 @@
 //! What outlives a connection (history, the session record) is in sled; this
 //! is only the in-memory meeting point, dropped a while after its last user.
 //!
+//! The [`Hub`] is also where an open port is bounded: a session opens only with
+//! its secret (or is created, within the creation rate of the client address);
+//! live sessions are capped per address and in total, an address over its cap
+//! making room only among its own idle sessions, so churn from one address cannot
+//! push out another's; and pending approvals are capped per connection, per
+//! address and in total, each reservation a ticket that frees itself when the
+//! wait ends however it ends.
+//!
 //! The fan-out is one bounded queue per subscribed connection, not a tokio
 //! `broadcast` channel: a broadcast ring is allocated in full when the session
 //! starts (256 slots, ~12 KiB), which idle sessions would pay for nothing,
 //! while a queue grows only with the frames actually waiting in it.
 
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -21,12 +31,12 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
 use super::HaiError;
+use super::access::{self, SecretHash};
 use super::wire::Outbound;
 use crate::runtime::{ApprovalOutcome, ApprovalRequest, Approver, PluginEvent};
 
-/// Sessions kept in memory at once; beyond it new sessions are refused as overloaded.
-const MAX_LIVE_SESSIONS: usize = 10_000;
-/// How long an unused session stays in memory (keeps its rate window across reconnects).
+/// How long an unused session stays in memory (keeps its rate window across reconnects)
+/// unless the table is full and it is the least recently used.
 const IDLE_KEEP: Duration = Duration::from_secs(120);
 /// Turns of one session waiting behind the running one.
 const MAX_QUEUED_TURNS: usize = 4;
@@ -34,51 +44,306 @@ const MAX_QUEUED_TURNS: usize = 4;
 const MAX_PENDING_APPROVALS: usize = 16;
 /// The event kind the approver puts in the turn's event stream, in order with the plugin's emits.
 pub const APPROVAL_EVENT: &str = "hai.approval_request";
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The `hai.*` bounds the hub enforces.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub buffer_frames: usize,
+    pub max_live: usize,
+    pub max_live_per_ip: usize,
+    pub new_per_ip_per_minute: u32,
+    pub max_pending: usize,
+    pub max_pending_per_ip: usize,
+    pub max_pending_per_connection: usize,
+}
+
+impl Limits {
+    pub fn from_config(config: &crate::config::HaiConfig) -> Limits {
+        Limits {
+            buffer_frames: config.send_buffer_frames,
+            max_live: config.max_live_sessions,
+            max_live_per_ip: config.max_live_sessions_per_ip,
+            new_per_ip_per_minute: config.new_sessions_per_ip_per_minute,
+            max_pending: config.max_pending_approvals,
+            max_pending_per_ip: config.max_pending_approvals_per_ip,
+            max_pending_per_connection: config.max_pending_approvals_per_connection,
+        }
+    }
+}
+
+/// A session a connection may now use; `Created` carries the secret to hand its creator.
+pub enum Opened {
+    Existing(Arc<Session>),
+    Created(Arc<Session>, String),
+}
+
+/// What is known of a session that is not in memory.
+pub enum Stored {
+    /// No record: the id is free.
+    Unknown,
+    /// A record with this secret hash (`None`: a record without one, which nobody can resume).
+    Known(Option<SecretHash>),
+}
+
+#[derive(Default)]
+struct Table {
+    sessions: HashMap<String, Arc<Session>>,
+    live_per_ip: HashMap<IpAddr, usize>,
+    /// When each client address created its sessions in the last minute.
+    created: HashMap<IpAddr, VecDeque<Instant>>,
+}
+
+impl Table {
+    fn remove(&mut self, id: &str) {
+        if let Some(session) = self.sessions.remove(id)
+            && let Some(count) = self.live_per_ip.get_mut(&session.owner)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.live_per_ip.remove(&session.owner);
+            }
+        }
+    }
+
+    /// Drop the least recently used idle session (no connection, no turn),
+    /// of one address or of any; `false` when every candidate is in use.
+    fn evict_idle(&mut self, of: Option<IpAddr>) -> bool {
+        let victim = self
+            .sessions
+            .values()
+            .filter(|s| of.is_none_or(|ip| s.owner == ip) && s.is_idle())
+            .min_by_key(|s| *s.last_used.lock())
+            .map(|s| s.id.clone());
+        match victim {
+            Some(id) => {
+                self.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn prune_created(&mut self, now: Instant) {
+        self.created.retain(|_, times| {
+            while times.front().is_some_and(|at| now.duration_since(*at) >= MINUTE) {
+                times.pop_front();
+            }
+            !times.is_empty()
+        });
+    }
+}
+
+#[derive(Default)]
+struct ApprovalCounts {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
 
 pub struct Hub {
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
-    buffer_frames: usize,
+    table: Mutex<Table>,
+    approvals: Mutex<ApprovalCounts>,
+    limits: Limits,
 }
 
 impl Hub {
-    pub fn new(buffer_frames: usize) -> Arc<Hub> {
+    pub fn new(limits: Limits) -> Arc<Hub> {
         let hub = Arc::new(Hub {
-            sessions: Mutex::new(HashMap::new()),
-            buffer_frames,
+            table: Mutex::new(Table::default()),
+            approvals: Mutex::new(ApprovalCounts::default()),
+            limits,
         });
         spawn_idle_sweeper(Arc::downgrade(&hub));
         hub
     }
 
-    /// The live session `id`, created on first use.
-    pub fn session(&self, id: &str) -> Result<Arc<Session>, HaiError> {
-        let mut sessions = self.sessions.lock();
-        if let Some(session) = sessions.get(id) {
-            session.touch();
-            return Ok(session.clone());
+    /// The live session `id`, if it is in memory.
+    pub fn live(&self, id: &str) -> Option<Arc<Session>> {
+        self.table.lock().sessions.get(id).cloned()
+    }
+
+    /// Open session `id` for a connection from `ip` presenting `secret`: a live or
+    /// stored session needs its secret; an unknown id becomes a new session (within
+    /// the creation rate and live caps) whose secret is returned once.
+    pub fn open(
+        &self,
+        id: &str,
+        secret: Option<&str>,
+        ip: IpAddr,
+        stored: impl FnOnce() -> Result<Stored, HaiError>,
+    ) -> Result<Opened, HaiError> {
+        if let Some(session) = self.live(id) {
+            return self.admit_existing(session, secret);
         }
-        if sessions.len() >= MAX_LIVE_SESSIONS {
-            return Err(HaiError::Overloaded);
+        // The store is read outside the lock; the table is checked again under it.
+        let stored = stored()?;
+        let ip = access::client_key(ip);
+        let mut table = self.table.lock();
+        if let Some(session) = table.sessions.get(id).cloned() {
+            drop(table);
+            return self.admit_existing(session, secret);
         }
-        let session = Arc::new(Session {
-            id: id.to_string(),
-            subscribers: Mutex::new(Vec::new()),
-            buffer_frames: self.buffer_frames,
-            pending: Mutex::new(HashMap::new()),
-            recent: Mutex::new(VecDeque::new()),
-            turn: tokio::sync::Mutex::new(()),
-            queued: Mutex::new(0),
-            last_used: Mutex::new(Instant::now()),
-        });
-        sessions.insert(id.to_string(), session.clone());
-        Ok(session)
+        let (hash, issued) = match stored {
+            Stored::Known(Some(hash)) => {
+                if !access::secret_matches(secret, &hash) {
+                    return Err(HaiError::SessionSecret);
+                }
+                (hash, None)
+            }
+            Stored::Known(None) => return Err(HaiError::SessionSecret),
+            Stored::Unknown => {
+                self.admit_creation(&mut table, ip)?;
+                let (secret, hash) = access::new_secret();
+                (hash, Some(secret))
+            }
+        };
+        self.make_room(&mut table, ip)?;
+        let session = Arc::new(Session::new(id, ip, hash, self.limits.buffer_frames));
+        table.sessions.insert(id.to_string(), session.clone());
+        *table.live_per_ip.entry(ip).or_default() += 1;
+        Ok(match issued {
+            Some(secret) => Opened::Created(session, secret),
+            None => Opened::Existing(session),
+        })
+    }
+
+    fn admit_existing(&self, session: Arc<Session>, secret: Option<&str>) -> Result<Opened, HaiError> {
+        if !access::secret_matches(secret, &session.secret) {
+            return Err(HaiError::SessionSecret);
+        }
+        session.touch();
+        Ok(Opened::Existing(session))
+    }
+
+    /// Count a creation against the address's one-minute window.
+    fn admit_creation(&self, table: &mut Table, ip: IpAddr) -> Result<(), HaiError> {
+        let now = Instant::now();
+        let per_minute = self.limits.new_per_ip_per_minute;
+        if !table.created.contains_key(&ip) && table.created.len() >= self.limits.max_live.saturating_mul(4) {
+            table.prune_created(now);
+            if table.created.len() >= self.limits.max_live.saturating_mul(4) {
+                return Err(HaiError::TooManySessions {
+                    limit: "max_live_sessions",
+                    value: self.limits.max_live,
+                    retry_after_ms: MINUTE.as_millis() as u64,
+                });
+            }
+        }
+        let times = table.created.entry(ip).or_default();
+        while times.front().is_some_and(|at| now.duration_since(*at) >= MINUTE) {
+            times.pop_front();
+        }
+        if times.len() >= per_minute as usize {
+            let retry_after = times
+                .front()
+                .map(|oldest| MINUTE.saturating_sub(now.duration_since(*oldest)))
+                .unwrap_or(MINUTE);
+            return Err(HaiError::TooManySessions {
+                limit: "new_sessions_per_ip_per_minute",
+                value: per_minute as usize,
+                retry_after_ms: retry_after.as_millis() as u64,
+            });
+        }
+        times.push_back(now);
+        Ok(())
+    }
+
+    /// Room for one more live session of `ip`: over its own cap its idle sessions
+    /// go first, so churn from one address never evicts another's.
+    fn make_room(&self, table: &mut Table, ip: IpAddr) -> Result<(), HaiError> {
+        let busy = |limit, value| HaiError::TooManySessions {
+            limit,
+            value,
+            retry_after_ms: IDLE_KEEP.as_millis() as u64,
+        };
+        if table.live_per_ip.get(&ip).copied().unwrap_or(0) >= self.limits.max_live_per_ip
+            && !table.evict_idle(Some(ip))
+        {
+            return Err(busy("max_live_sessions_per_ip", self.limits.max_live_per_ip));
+        }
+        if table.sessions.len() >= self.limits.max_live && !table.evict_idle(None) {
+            return Err(busy("max_live_sessions", self.limits.max_live));
+        }
+        Ok(())
+    }
+
+    /// Reserve a pending approval for a turn started by `origin`; the ticket frees it.
+    fn reserve_approval(self: &Arc<Self>, origin: &Origin) -> Result<ApprovalTicket, HaiError> {
+        let limits = &self.limits;
+        let mut counts = self.approvals.lock();
+        let per_ip = counts.per_ip.get(&origin.ip).copied().unwrap_or(0);
+        let refused = |limit, value| Err(HaiError::TooManyApprovals { limit, value });
+        if origin.pending.load(Ordering::Relaxed) >= limits.max_pending_per_connection {
+            return refused(
+                "max_pending_approvals_per_connection",
+                limits.max_pending_per_connection,
+            );
+        }
+        if per_ip >= limits.max_pending_per_ip {
+            return refused("max_pending_approvals_per_ip", limits.max_pending_per_ip);
+        }
+        if counts.total >= limits.max_pending {
+            return refused("max_pending_approvals", limits.max_pending);
+        }
+        counts.total += 1;
+        *counts.per_ip.entry(origin.ip).or_default() += 1;
+        origin.pending.fetch_add(1, Ordering::Relaxed);
+        Ok(ApprovalTicket {
+            hub: self.clone(),
+            ip: origin.ip,
+            connection: origin.pending.clone(),
+        })
     }
 
     fn sweep_idle(&self) {
-        self.sessions.lock().retain(|_, session| {
-            // Someone (a connection, a running turn) still holds it, or it was used lately.
-            Arc::strong_count(session) > 1 || session.last_used.lock().elapsed() < IDLE_KEEP
-        });
+        let mut table = self.table.lock();
+        let idle: Vec<String> = table
+            .sessions
+            .values()
+            // Kept while a connection or a turn uses it, or it was used lately.
+            .filter(|s| s.is_idle() && s.last_used.lock().elapsed() >= IDLE_KEEP)
+            .map(|s| s.id.clone())
+            .collect();
+        for id in idle {
+            table.remove(&id);
+        }
+        table.prune_created(Instant::now());
+    }
+}
+
+/// Who started a turn: the connection's pending-approval count and its client address.
+#[derive(Clone)]
+pub struct Origin {
+    pub ip: IpAddr,
+    pub pending: Arc<AtomicUsize>,
+}
+
+impl Origin {
+    pub fn new(ip: IpAddr) -> Origin {
+        Origin {
+            ip: access::client_key(ip),
+            pending: Arc::default(),
+        }
+    }
+}
+
+struct ApprovalTicket {
+    hub: Arc<Hub>,
+    ip: IpAddr,
+    connection: Arc<AtomicUsize>,
+}
+
+impl Drop for ApprovalTicket {
+    fn drop(&mut self) {
+        let mut counts = self.hub.approvals.lock();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(count) = counts.per_ip.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.per_ip.remove(&self.ip);
+            }
+        }
+        self.connection.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -99,10 +364,15 @@ fn spawn_idle_sweeper(hub: Weak<Hub>) {
 struct Pending {
     reply: oneshot::Sender<ApprovalOutcome>,
     tool_name: String,
+    _ticket: ApprovalTicket,
 }
 
 pub struct Session {
     pub id: String,
+    /// The client address that opened it into memory (what its live slot counts against).
+    owner: IpAddr,
+    /// SHA-256 of the session's secret.
+    pub secret: SecretHash,
     /// The frame queue of every connection on this session.
     subscribers: Mutex<Vec<mpsc::Sender<Arc<str>>>>,
     /// Frames one connection may have waiting before it counts as too slow.
@@ -112,10 +382,41 @@ pub struct Session {
     /// Held while a turn runs, so a session's messages are answered in order.
     pub turn: tokio::sync::Mutex<()>,
     queued: Mutex<usize>,
+    /// Connections bound to it (see [`Session::attach`]).
+    connections: AtomicUsize,
     last_used: Mutex<Instant>,
 }
 
 impl Session {
+    fn new(id: &str, owner: IpAddr, secret: SecretHash, buffer_frames: usize) -> Session {
+        Session {
+            id: id.to_string(),
+            owner,
+            secret,
+            subscribers: Mutex::new(Vec::new()),
+            buffer_frames,
+            pending: Mutex::new(HashMap::new()),
+            recent: Mutex::new(VecDeque::new()),
+            turn: tokio::sync::Mutex::new(()),
+            queued: Mutex::new(0),
+            connections: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Counted, rather than read from the `Arc`'s count, so a session is idle
+    /// exactly when its last connection has gone and its last turn has ended,
+    /// whatever task still holds a handle to it.
+    fn is_idle(&self) -> bool {
+        self.connections.load(Ordering::Relaxed) == 0 && *self.queued.lock() == 0
+    }
+
+    /// Count a connection on this session until the handle is dropped.
+    pub fn attach(self: &Arc<Self>) -> Attached {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        Attached(self.clone())
+    }
+
     fn touch(&self) {
         *self.last_used.lock() = Instant::now();
     }
@@ -147,16 +448,15 @@ impl Session {
     /// Count one message against the sliding one-minute window.
     pub fn admit(&self, per_minute: u32) -> Result<(), HaiError> {
         let now = Instant::now();
-        let window = Duration::from_secs(60);
         let mut recent = self.recent.lock();
-        while recent.front().is_some_and(|at| now.duration_since(*at) >= window) {
+        while recent.front().is_some_and(|at| now.duration_since(*at) >= MINUTE) {
             recent.pop_front();
         }
         if recent.len() >= per_minute as usize {
             let retry_after = recent
                 .front()
-                .map(|oldest| window.saturating_sub(now.duration_since(*oldest)))
-                .unwrap_or(window);
+                .map(|oldest| MINUTE.saturating_sub(now.duration_since(*oldest)))
+                .unwrap_or(MINUTE);
             return Err(HaiError::RateLimited {
                 per_minute,
                 retry_after_ms: retry_after.as_millis() as u64,
@@ -179,10 +479,18 @@ impl Session {
         })
     }
 
-    fn register(&self, approval_id: &str, tool_name: &str) -> Option<oneshot::Receiver<ApprovalOutcome>> {
+    fn register(
+        &self,
+        approval_id: &str,
+        tool_name: &str,
+        ticket: ApprovalTicket,
+    ) -> Result<oneshot::Receiver<ApprovalOutcome>, HaiError> {
         let mut pending = self.pending.lock();
         if pending.len() >= MAX_PENDING_APPROVALS {
-            return None;
+            return Err(HaiError::TooManyApprovals {
+                limit: "pending approvals per session",
+                value: MAX_PENDING_APPROVALS,
+            });
         }
         let (reply, receiver) = oneshot::channel();
         pending.insert(
@@ -190,26 +498,54 @@ impl Session {
             Pending {
                 reply,
                 tool_name: tool_name.to_string(),
+                _ticket: ticket,
             },
         );
-        Some(receiver)
+        Ok(receiver)
     }
 
     pub fn is_pending(&self, approval_id: &str) -> bool {
         self.pending.lock().contains_key(approval_id)
     }
 
-    /// Deliver a human's decision. `Err` when nothing with that id is waiting in this session.
-    pub fn resolve(&self, approval_id: &str, outcome: ApprovalOutcome) -> Result<String, HaiError> {
-        let Some(pending) = self.pending.lock().remove(approval_id) else {
-            return Err(HaiError::UnknownApproval(approval_id.to_string()));
-        };
-        let tool_name = pending.tool_name;
-        pending
-            .reply
-            .send(outcome)
-            .map_err(|_| HaiError::UnknownApproval(approval_id.to_string()))?;
-        Ok(tool_name)
+    /// Take a waiting approval out, so nobody else can answer it; its tool name and
+    /// the way to deliver the decision. `Err` when nothing with that id waits here.
+    pub fn take(&self, approval_id: &str) -> Result<Decision, HaiError> {
+        match self.pending.lock().remove(approval_id) {
+            Some(pending) => Ok(Decision(pending)),
+            None => Err(HaiError::UnknownApproval(approval_id.to_string())),
+        }
+    }
+}
+
+/// A taken approval, to be decided once its record is durable.
+pub struct Decision(Pending);
+
+impl Decision {
+    pub fn tool_name(&self) -> &str {
+        &self.0.tool_name
+    }
+
+    /// `false` when the tool call stopped waiting meanwhile (timed out, turn ended).
+    pub fn deliver(self, outcome: ApprovalOutcome) -> bool {
+        self.0.reply.send(outcome).is_ok()
+    }
+}
+
+/// A connection's hold on its session.
+pub struct Attached(Arc<Session>);
+
+impl std::ops::Deref for Attached {
+    type Target = Arc<Session>;
+    fn deref(&self) -> &Arc<Session> {
+        &self.0
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
     }
 }
 
@@ -237,27 +573,71 @@ impl Drop for PendingGuard<'_> {
     }
 }
 
+/// What the host's approver saw of one tool call: the turn trusts tool frames of
+/// risky tools, and approval requests, only when they match one of these (a
+/// plugin can emit events of any kind, but cannot reach this table).
+pub struct CallMark {
+    pub approval_id: Option<String>,
+    pub approved: bool,
+    /// Why the approval was refused before a human was asked.
+    pub refusal: Option<HaiError>,
+}
+
+pub type HostCalls = Arc<Mutex<HashMap<String, CallMark>>>;
+
 /// The host's [`Approver`] for one turn: asks every connection of the session
 /// and holds the plugin's tool call (a parked future, no thread) until one answers.
 pub struct SessionApprover {
+    pub hub: Arc<Hub>,
     pub session: Arc<Session>,
+    /// The connection and address that started the turn, for the pending-approval bounds.
+    pub origin: Origin,
     /// The turn's event stream, so the request reaches clients after what the plugin emitted before it.
     pub events: mpsc::Sender<PluginEvent>,
+    pub calls: HostCalls,
+}
+
+impl SessionApprover {
+    fn refuse(&self, call_id: &str, error: HaiError) -> ApprovalOutcome {
+        let feedback = error.to_string();
+        self.calls.lock().insert(
+            call_id.to_string(),
+            CallMark {
+                approval_id: None,
+                approved: false,
+                refusal: Some(error),
+            },
+        );
+        ApprovalOutcome::Rejected {
+            feedback: Some(feedback),
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl Approver for SessionApprover {
     async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
         let approval_id = format!("appr_{}", uuid::Uuid::new_v4().simple());
-        let Some(decision) = self.session.register(&approval_id, &request.tool_name) else {
-            return ApprovalOutcome::Rejected {
-                feedback: Some("too many approvals are already open in this session".into()),
-            };
+        let ticket = match self.hub.reserve_approval(&self.origin) {
+            Ok(ticket) => ticket,
+            Err(error) => return self.refuse(&request.call_id, error),
+        };
+        let decision = match self.session.register(&approval_id, &request.tool_name, ticket) {
+            Ok(decision) => decision,
+            Err(error) => return self.refuse(&request.call_id, error),
         };
         let _guard = PendingGuard {
             session: &self.session,
             approval_id: approval_id.clone(),
         };
+        self.calls.lock().insert(
+            request.call_id.clone(),
+            CallMark {
+                approval_id: Some(approval_id.clone()),
+                approved: false,
+                refusal: None,
+            },
+        );
         let event = PluginEvent {
             kind: APPROVAL_EVENT.into(),
             data: json!({
@@ -274,7 +654,13 @@ impl Approver for SessionApprover {
                 feedback: Some("the session ended before anyone could approve".into()),
             };
         }
-        decision.await.unwrap_or(ApprovalOutcome::TimedOut)
+        let outcome = decision.await.unwrap_or(ApprovalOutcome::TimedOut);
+        if outcome == ApprovalOutcome::Approved
+            && let Some(mark) = self.calls.lock().get_mut(&request.call_id)
+        {
+            mark.approved = true;
+        }
+        outcome
     }
 }
 
@@ -282,10 +668,34 @@ impl Approver for SessionApprover {
 mod tests {
     use super::*;
 
+    fn limits() -> Limits {
+        Limits {
+            buffer_frames: 8,
+            max_live: 4,
+            max_live_per_ip: 2,
+            new_per_ip_per_minute: 3,
+            max_pending: 3,
+            max_pending_per_ip: 2,
+            max_pending_per_connection: 1,
+        }
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    /// A new session with one connection attached (dropping it leaves the session idle).
+    fn create(hub: &Hub, id: &str, from: &str) -> Result<(Attached, String), HaiError> {
+        match hub.open(id, None, ip(from), || Ok(Stored::Unknown))? {
+            Opened::Created(session, secret) => Ok((session.attach(), secret)),
+            Opened::Existing(_) => panic!("{id} existed"),
+        }
+    }
+
     #[tokio::test]
     async fn rate_window_refuses_beyond_the_limit() {
-        let hub = Hub::new(8);
-        let session = hub.session("s").unwrap();
+        let hub = Hub::new(limits());
+        let (session, _) = create(&hub, "s", "10.0.0.1").unwrap();
         assert!(session.admit(2).is_ok());
         assert!(session.admit(2).is_ok());
         assert!(matches!(
@@ -293,18 +703,118 @@ mod tests {
             Err(HaiError::RateLimited { per_minute: 2, .. })
         ));
         // Another session has its own window.
-        assert!(hub.session("t").unwrap().admit(2).is_ok());
+        assert!(create(&hub, "t", "10.0.0.1").unwrap().0.admit(2).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_session_opens_again_only_with_its_secret() {
+        let hub = Hub::new(limits());
+        let (_held, secret) = create(&hub, "s", "10.0.0.1").unwrap();
+        let open = |secret: Option<&str>| hub.open("s", secret, ip("10.0.0.9"), || Ok(Stored::Unknown));
+        assert!(matches!(open(None), Err(HaiError::SessionSecret)));
+        assert!(matches!(open(Some("guess")), Err(HaiError::SessionSecret)));
+        assert!(matches!(open(Some(&secret)), Ok(Opened::Existing(_))));
+        // A stored session (not in memory) checks the stored hash.
+        let (stored_secret, hash) = access::new_secret();
+        let from_store =
+            |secret: Option<&str>| hub.open("old", secret, ip("10.0.0.9"), || Ok(Stored::Known(Some(hash))));
+        assert!(matches!(from_store(Some(&secret)), Err(HaiError::SessionSecret)));
+        assert!(matches!(
+            from_store(Some(&stored_secret)),
+            Ok(Opened::Existing(_))
+        ));
+        let legacy = hub.open("legacy", None, ip("10.0.0.9"), || Ok(Stored::Known(None)));
+        assert!(matches!(legacy, Err(HaiError::SessionSecret)));
+    }
+
+    #[tokio::test]
+    async fn creation_is_capped_per_address_and_idle_sessions_make_room() {
+        let hub = Hub::new(limits());
+        // Two live per address: a third evicts the address's own idle session.
+        let (held, _) = create(&hub, "a1", "10.0.0.1").unwrap();
+        drop(create(&hub, "a2", "10.0.0.1").unwrap());
+        drop(create(&hub, "a3", "10.0.0.1").unwrap());
+        assert!(hub.live("a1").is_some() && hub.live("a2").is_none() && hub.live("a3").is_some());
+        // The fourth creation in a minute is refused, whatever room there is.
+        assert!(matches!(
+            create(&hub, "a4", "10.0.0.1"),
+            Err(HaiError::TooManySessions {
+                limit: "new_sessions_per_ip_per_minute",
+                ..
+            })
+        ));
+        // Both of an address's sessions in use: refused, not evicted.
+        let (other, _) = create(&hub, "b1", "10.0.0.2").unwrap();
+        let (other2, _) = create(&hub, "b2", "10.0.0.2").unwrap();
+        assert!(matches!(
+            create(&hub, "b3", "10.0.0.2"),
+            Err(HaiError::TooManySessions {
+                limit: "max_live_sessions_per_ip",
+                ..
+            })
+        ));
+        // The table is full (4): a new address evicts the least recently used idle session (a3).
+        let (_c, _) = create(&hub, "c1", "10.0.0.3").unwrap();
+        assert!(hub.live("a3").is_none());
+        // Nothing idle left: refused.
+        assert!(matches!(
+            create(&hub, "d1", "10.0.0.4"),
+            Err(HaiError::TooManySessions {
+                limit: "max_live_sessions",
+                ..
+            })
+        ));
+        drop((held, other, other2));
+    }
+
+    #[tokio::test]
+    async fn pending_approvals_are_bounded_per_connection_address_and_in_total() {
+        let hub = Hub::new(limits());
+        let a = Origin::new(ip("10.0.0.1"));
+        let a_other = Origin::new(ip("10.0.0.1"));
+        let b = Origin::new(ip("10.0.0.2"));
+        let first = hub.reserve_approval(&a).unwrap();
+        assert!(matches!(
+            hub.reserve_approval(&a),
+            Err(HaiError::TooManyApprovals {
+                limit: "max_pending_approvals_per_connection",
+                ..
+            })
+        ));
+        let _second = hub.reserve_approval(&a_other).unwrap();
+        assert!(matches!(
+            hub.reserve_approval(&Origin::new(ip("10.0.0.1"))),
+            Err(HaiError::TooManyApprovals {
+                limit: "max_pending_approvals_per_ip",
+                ..
+            })
+        ));
+        let _third = hub.reserve_approval(&b).unwrap();
+        assert!(matches!(
+            hub.reserve_approval(&Origin::new(ip("10.0.0.3"))),
+            Err(HaiError::TooManyApprovals {
+                limit: "max_pending_approvals",
+                ..
+            })
+        ));
+        // A ticket dropped frees its place on every count.
+        drop(first);
+        assert!(hub.reserve_approval(&a).is_ok());
     }
 
     #[tokio::test]
     async fn approvals_resolve_once_and_only_in_their_session() {
-        let hub = Hub::new(8);
-        let a = hub.session("a").unwrap();
-        let b = hub.session("b").unwrap();
+        let hub = Hub::new(limits());
+        let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
+        let (b, _) = create(&hub, "b", "10.0.0.2").unwrap();
         let (events, mut stream) = mpsc::channel(4);
+        let calls = HostCalls::default();
         let approver = SessionApprover {
+            hub: hub.clone(),
             session: a.clone(),
+            origin: Origin::new(ip("10.0.0.1")),
             events,
+            calls: calls.clone(),
         };
         let request = ApprovalRequest {
             call_id: "c".into(),
@@ -316,22 +826,20 @@ mod tests {
         let waiting = tokio::spawn(async move { approver.approve(request).await });
         let event = stream.recv().await.unwrap();
         let id = event.data["approval_id"].as_str().unwrap().to_string();
-        assert!(b.resolve(&id, ApprovalOutcome::Approved).is_err());
-        assert!(
-            a.resolve(
-                &id,
-                ApprovalOutcome::Rejected {
-                    feedback: Some("no".into())
-                }
-            )
-            .is_ok()
-        );
+        assert_eq!(calls.lock()["c"].approval_id.as_deref(), Some(id.as_str()));
+        assert!(b.take(&id).is_err());
+        let decision = a.take(&id).unwrap();
+        assert_eq!(decision.tool_name(), "t");
+        assert!(a.take(&id).is_err(), "taken once");
+        assert!(decision.deliver(ApprovalOutcome::Rejected {
+            feedback: Some("no".into())
+        }));
         assert_eq!(
             waiting.await.unwrap(),
             ApprovalOutcome::Rejected {
                 feedback: Some("no".into())
             }
         );
-        assert!(a.resolve(&id, ApprovalOutcome::Approved).is_err());
+        assert!(!calls.lock()["c"].approved);
     }
 }

@@ -10,6 +10,15 @@
 //! it; its reply is `{"content": …}`. The host runs its tools and asks the
 //! human; every frame goes to all connections of the session, and the
 //! messages, tool results and approvals go to the session's history.
+//!
+//! `tool_call` frames come only from the host's tool path: a plugin can emit an
+//! event of any kind, so a lifecycle event is shown only when it names a loaded
+//! tool with its manifest's risk, follows the host's order (started, then
+//! completed or failed, once), and, for a tool that needs approval, matches what
+//! this turn's approver saw.
+//!
+//! The user's message is committed before `thinking`, the reply before its final
+//! chunk: a client that saw either can rely on the history having it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,10 +26,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::session::{APPROVAL_EVENT, QueuedTurn, Session, SessionApprover};
+use super::session::{APPROVAL_EVENT, HostCalls, Origin, QueuedTurn, Session, SessionApprover};
 use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
 use super::{HaiError, Shared, history_id};
-use crate::runtime::{Call, Exchange, Phase, PluginEvent, TransportKind};
+use crate::runtime::{Call, Exchange, Phase, PluginEvent, Risk, TransportKind};
 
 /// The most reply text one turn assembles; chunks beyond it are dropped.
 const MAX_REPLY_BYTES: usize = 1 << 20;
@@ -30,27 +39,40 @@ const MAX_RESULT_CHARS: usize = 4_000;
 const EVENT_BUFFER: usize = 64;
 
 /// Run a turn to its end. Every failure becomes an error frame for the session.
-pub async fn run(shared: Shared, session: Arc<Session>, message: UserMessage, queued: QueuedTurn) {
+pub async fn run(
+    shared: Shared,
+    session: Arc<Session>,
+    origin: Origin,
+    message: UserMessage,
+    queued: QueuedTurn,
+) {
     let _turn = session.turn.lock().await;
-    if let Err(error) = answer(&shared, &session, &message).await {
+    if let Err(error) = answer(&shared, &session, origin, &message).await {
         error.log("turn");
         session.publish(&error.to_frame());
     }
+    // The turn no longer counts as using the session once a client can see it ended.
+    drop(queued);
     session.publish(&Outbound::Status {
         status: Status::Completed,
         message: None,
         session_id: session.id.clone(),
     });
-    drop(queued);
 }
 
-async fn answer(shared: &Shared, session: &Arc<Session>, message: &UserMessage) -> Result<(), HaiError> {
-    shared.record_session(&session.id)?;
+async fn answer(
+    shared: &Shared,
+    session: &Arc<Session>,
+    origin: Origin,
+    message: &UserMessage,
+) -> Result<(), HaiError> {
+    shared.record_session(session)?;
     shared.append(
         &session.id,
         "user",
         json!({"content": message.content, "metadata": message.metadata}),
     )?;
+    shared.commit().await?;
     session.publish(&Outbound::Status {
         status: Status::Thinking,
         message: Some("Assistant is thinking...".into()),
@@ -62,9 +84,13 @@ async fn answer(shared: &Shared, session: &Arc<Session>, message: &UserMessage) 
         return Err(HaiError::NoAssistant);
     };
     let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
+    let host_calls = HostCalls::default();
     let approver = Arc::new(SessionApprover {
+        hub: shared.hub.clone(),
         session: session.clone(),
+        origin,
         events: events.clone(),
+        calls: host_calls.clone(),
     });
     let exchange = Exchange::new()
         .with_events(events)
@@ -93,6 +119,7 @@ async fn answer(shared: &Shared, session: &Arc<Session>, message: &UserMessage) 
         text: String::new(),
         reasoning: None,
         calls: HashMap::new(),
+        host_calls,
         announced_tools: false,
     };
     let runtime = shared.node.runtime.clone();
@@ -109,7 +136,7 @@ async fn answer(shared: &Shared, session: &Arc<Session>, message: &UserMessage) 
         turn.on_event(event);
     }
     match outcome {
-        Ok(reply) => turn.finish(&reply),
+        Ok(reply) => turn.finish(&reply).await,
         Err(error) => {
             // Close the partial message so clients stop waiting for it, then say why.
             turn.flush_final();
@@ -122,6 +149,8 @@ async fn answer(shared: &Shared, session: &Arc<Session>, message: &UserMessage) 
 struct KnownCall {
     parameters: Value,
     approval_id: Option<String>,
+    started: bool,
+    ended: bool,
 }
 
 struct Turn<'a> {
@@ -135,6 +164,8 @@ struct Turn<'a> {
     text: String,
     reasoning: Option<String>,
     calls: HashMap<String, KnownCall>,
+    /// What the host's approver saw; see the module docs.
+    host_calls: HostCalls,
     announced_tools: bool,
 }
 
@@ -207,11 +238,17 @@ impl Turn<'_> {
 
     fn approval_request(&mut self, data: &Value) {
         let approval_id = data["approval_id"].as_str().unwrap_or_default();
+        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
         // Only the host's approver registers approvals; anything else is not one.
-        if !self.session.is_pending(approval_id) {
+        let asked = self
+            .host_calls
+            .lock()
+            .get(&call_id)
+            .is_some_and(|mark| mark.approval_id.as_deref() == Some(approval_id));
+        if !asked || !self.session.is_pending(approval_id) || self.calls.contains_key(&call_id) {
+            tracing::warn!(session = %self.session.id, "hai: an approval request not from the host was dropped");
             return;
         }
-        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
         let tool_name = data["tool_name"].as_str().unwrap_or_default().to_string();
         let parameters = data["arguments"].clone();
         let risk = data["risk"]
@@ -227,6 +264,8 @@ impl Turn<'_> {
             KnownCall {
                 parameters: parameters.clone(),
                 approval_id: Some(approval_id.to_string()),
+                started: false,
+                ended: false,
             },
         );
         self.record(
@@ -253,6 +292,13 @@ impl Turn<'_> {
             Some("failed") => ToolStatus::Failed,
             _ => return,
         };
+        let refusal = match self.host_event(&call_id, &tool_name, status, data) {
+            Some(refusal) => refusal,
+            None => {
+                tracing::warn!(session = %self.session.id, tool = %truncate_chars(&tool_name, 64), "hai: a tool_call event not from the host's tool path was dropped");
+                return;
+            }
+        };
         if status == ToolStatus::Started {
             if !self.announced_tools {
                 self.announced_tools = true;
@@ -265,8 +311,19 @@ impl Turn<'_> {
             let known = self.calls.entry(call_id.clone()).or_insert(KnownCall {
                 parameters: Value::Null,
                 approval_id: None,
+                started: false,
+                ended: false,
             });
             known.parameters = data["arguments"].clone();
+            known.started = true;
+        } else {
+            let known = self.calls.entry(call_id.clone()).or_insert(KnownCall {
+                parameters: Value::Null,
+                approval_id: None,
+                started: false,
+                ended: false,
+            });
+            known.ended = true;
         }
         let (parameters, approval_id) = match self.calls.get(&call_id) {
             Some(known) => (known.parameters.clone(), known.approval_id.clone()),
@@ -326,9 +383,41 @@ impl Turn<'_> {
             };
             self.session.publish(&error.to_frame());
         }
+        // Refused before a human was asked (a pending-approval bound): say which bound.
+        if let Some(refusal) = refusal {
+            self.session.publish(&refusal.to_frame());
+        }
     }
 
-    fn finish(mut self, reply: &str) -> Result<(), HaiError> {
+    /// Whether a `tool_call` event is the host's (see the module docs): `None` when
+    /// it is not; `Some(refusal)` with the approver's refusal of this call, if any.
+    fn host_event(
+        &self,
+        call_id: &str,
+        tool_name: &str,
+        status: ToolStatus,
+        data: &Value,
+    ) -> Option<Option<HaiError>> {
+        let registry = self.shared.node.runtime.registry();
+        let risk = registry
+            .tool(tool_name)
+            .and_then(|plugin| plugin.manifest.tools.iter().find(|tool| tool.name == tool_name))
+            .map(|tool| tool.risk);
+        let threshold = Risk::parse(&self.shared.node.config.tools.approval_threshold).unwrap_or(Risk::High);
+        let seen = self.calls.get(call_id).map(|known| (known.started, known.ended));
+        let mut host_calls = self.host_calls.lock();
+        let mark = host_calls.get_mut(call_id);
+        let approved = mark.as_ref().map(|mark| mark.approved);
+        if !host_order(risk, threshold, call_id, status, &data["risk"], seen, approved) {
+            return None;
+        }
+        Some(match (status, mark) {
+            (ToolStatus::Failed, Some(mark)) => mark.refusal.take(),
+            _ => None,
+        })
+    }
+
+    async fn finish(mut self, reply: &str) -> Result<(), HaiError> {
         let reply: Value = serde_json::from_str(reply).unwrap_or(Value::String(reply.into()));
         let stated = reply["content"]
             .as_str()
@@ -341,6 +430,17 @@ impl Turn<'_> {
             }
             self.chunk(&truncate_chars(stated, MAX_REPLY_BYTES / 4));
         }
+        // On disk before the final frame: a client that saw the whole reply finds it in the history.
+        let recorded = self.shared.append(
+            &self.session.id,
+            "assistant",
+            json!({"content": self.text, "message_id": self.message_id, "agent_id": self.agent_id}),
+        );
+        let recorded = match recorded {
+            Ok(()) => self.shared.commit().await,
+            Err(error) => Err(error),
+        };
+        // Sent even when not recorded, so clients stop waiting; the error frame follows.
         if self.streaming {
             self.flush_final();
         } else {
@@ -351,11 +451,7 @@ impl Turn<'_> {
                 metadata: json!({"message_id": self.message_id}),
             });
         }
-        self.shared.append(
-            &self.session.id,
-            "assistant",
-            json!({"content": self.text, "message_id": self.message_id, "agent_id": self.agent_id}),
-        )
+        recorded
     }
 
     /// History of tool results and approvals is best effort: a full history must not abort the answer.
@@ -363,5 +459,135 @@ impl Turn<'_> {
         if let Err(error) = self.shared.append(&self.session.id, role, body) {
             tracing::warn!(session = %self.session.id, %error, "hai: history not recorded");
         }
+    }
+}
+
+/// The host's tool lifecycle, as a plugin cannot fake it: a loaded tool (`risk`
+/// from its manifest, `None` if no such tool) with the risk the event claims, a
+/// host-made call id, statuses in order and each once (`seen`: started, ended);
+/// for a tool that needs approval, a call the approver saw (`approved`), which
+/// starts only if approved.
+fn host_order(
+    risk: Option<Risk>,
+    threshold: Risk,
+    call_id: &str,
+    status: ToolStatus,
+    claimed_risk: &Value,
+    seen: Option<(bool, bool)>,
+    approved: Option<bool>,
+) -> bool {
+    let Some(risk) = risk else { return false };
+    if *claimed_risk != json!(risk) || uuid::Uuid::try_parse(call_id).is_err() {
+        return false;
+    }
+    let (started, ended) = seen.unwrap_or((false, false));
+    if ended {
+        return false;
+    }
+    if risk < threshold {
+        return match status {
+            ToolStatus::Started => seen.is_none(),
+            ToolStatus::Completed | ToolStatus::Failed => started,
+        };
+    }
+    match (status, approved) {
+        (_, None) => false,
+        (ToolStatus::Started, Some(approved)) => approved && !started,
+        (ToolStatus::Completed, Some(approved)) => approved && started,
+        (ToolStatus::Failed, Some(_)) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0b6c5a6e-8a44-4f7e-9d2f-0c6b1f3f9a10";
+
+    fn check(risk: Risk, status: ToolStatus, seen: Option<(bool, bool)>, approved: Option<bool>) -> bool {
+        host_order(Some(risk), Risk::High, ID, status, &json!(risk), seen, approved)
+    }
+
+    #[test]
+    fn a_low_risk_tool_runs_started_then_one_end() {
+        assert!(check(Risk::Low, ToolStatus::Started, None, None));
+        assert!(
+            !check(Risk::Low, ToolStatus::Started, Some((true, false)), None),
+            "started twice"
+        );
+        assert!(check(Risk::Low, ToolStatus::Completed, Some((true, false)), None));
+        assert!(
+            !check(Risk::Low, ToolStatus::Completed, None, None),
+            "completed, never started"
+        );
+        assert!(
+            !check(Risk::Low, ToolStatus::Failed, Some((true, true)), None),
+            "ended twice"
+        );
+    }
+
+    #[test]
+    fn a_risky_tool_needs_what_the_approver_saw() {
+        // A plugin's invented lifecycle of a high-risk tool: the approver never saw it.
+        assert!(!check(Risk::High, ToolStatus::Started, None, None));
+        assert!(!check(
+            Risk::High,
+            ToolStatus::Completed,
+            Some((true, false)),
+            None
+        ));
+        assert!(!check(Risk::High, ToolStatus::Failed, None, None));
+        // Asked but not approved: it may fail (rejected, timed out, refused), never start.
+        assert!(!check(Risk::High, ToolStatus::Started, None, Some(false)));
+        assert!(check(Risk::High, ToolStatus::Failed, None, Some(false)));
+        assert!(check(Risk::Critical, ToolStatus::Started, None, Some(true)));
+        assert!(check(
+            Risk::Critical,
+            ToolStatus::Completed,
+            Some((true, false)),
+            Some(true)
+        ));
+    }
+
+    #[test]
+    fn unknown_tools_wrong_risks_and_made_up_ids_are_not_the_hosts() {
+        let started = ToolStatus::Started;
+        assert!(!host_order(
+            None,
+            Risk::High,
+            ID,
+            started,
+            &json!("low"),
+            None,
+            None
+        ));
+        assert!(!host_order(
+            Some(Risk::High),
+            Risk::High,
+            ID,
+            started,
+            &json!("low"),
+            None,
+            Some(true)
+        ));
+        assert!(!host_order(
+            Some(Risk::Low),
+            Risk::High,
+            "call_1",
+            started,
+            &json!("low"),
+            None,
+            None
+        ));
+        // The threshold decides which tools need the approver.
+        assert!(!host_order(
+            Some(Risk::Medium),
+            Risk::Medium,
+            ID,
+            started,
+            &json!("medium"),
+            None,
+            None
+        ));
     }
 }

@@ -9,8 +9,10 @@ use super::HaiError;
 
 /// §1: `content` is 1–10,000 characters.
 pub const MAX_CONTENT_CHARS: usize = 10_000;
-/// Session ids are client-made (UUIDs recommended); anything printable and short is accepted.
+/// Session ids are client-made (UUIDs recommended): 1-128 characters of `A-Za-z0-9._:-`.
 pub const MAX_SESSION_ID_BYTES: usize = 128;
+/// A session secret is 64 hex digits; anything much longer cannot be one.
+pub const MAX_SECRET_BYTES: usize = 256;
 pub const MAX_APPROVAL_ID_BYTES: usize = 128;
 pub const MAX_FEEDBACK_CHARS: usize = 2_000;
 
@@ -20,6 +22,9 @@ pub struct UserMessage {
     pub content: String,
     pub session_id: String,
     pub metadata: Map<String, Value>,
+    /// Our extension: the session's secret, for a connection that resumes an
+    /// existing session by its first message (the spec's clients never send it).
+    pub session_secret: Option<String>,
 }
 
 impl UserMessage {
@@ -91,6 +96,15 @@ fn parse_user_message(mut fields: Map<String, Value>) -> Result<UserMessage, Hai
         }
     };
     check_session_id(&session_id)?;
+    let session_secret = match fields.remove("session_secret") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(secret)) if secret.len() <= MAX_SECRET_BYTES => Some(secret),
+        Some(_) => {
+            return Err(HaiError::InvalidMessage(format!(
+                "`session_secret` must be a string of at most {MAX_SECRET_BYTES} bytes"
+            )));
+        }
+    };
     let metadata = match fields.remove("metadata") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(metadata)) => metadata,
@@ -102,6 +116,7 @@ fn parse_user_message(mut fields: Map<String, Value>) -> Result<UserMessage, Hai
         content,
         session_id,
         metadata,
+        session_secret,
     })
 }
 
@@ -217,6 +232,14 @@ pub enum Outbound {
         message: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
+    },
+    /// Our extension, sent only to the connection that created a session: the
+    /// secret that resumes it elsewhere (`?session_secret=` on the WebSocket, or
+    /// the header `X-HAI-Session-Secret`) and reads its history. Clients of the
+    /// spec route frames by `type` and ignore this one.
+    Session {
+        session_id: String,
+        session_secret: String,
     },
 }
 
