@@ -199,7 +199,10 @@ impl NodeBuilder {
             log,
             _temp: temp,
         };
-        if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        // A node listens once its plugins are compiled; a cold compile of a 12-18 MB
+        // Python or JS component took over 60 s on a 2-core machine loaded by parallel
+        // builds. This is a liveness deadline, not a speed target.
+        if ready_rx.recv_timeout(Duration::from_secs(240)).is_err() {
             panic!("agora-node did not become ready; log:\n{}", node.log_text());
         }
         node
