@@ -76,6 +76,19 @@ pub fn router(state: NodeState) -> Router {
     });
     let preload = arena.clone();
     tokio::spawn(async move { preload.keys.preload().await });
+    // The arena may rotate without ever sending a token with an unknown kid
+    // (a withdrawn key must stop verifying too): reload on a schedule as well.
+    let refresh = Arc::downgrade(&arena);
+    let every = Duration::from_secs(arena.node.config.arena.jwks_refresh_secs);
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let Some(arena) = refresh.upgrade() else { break };
+            arena.keys.refresh().await;
+        }
+    });
     let task_path = if base.is_empty() { "/" } else { base.as_str() };
     Router::new()
         .route(task_path, post(task).fallback(method_not_allowed))
@@ -299,6 +312,10 @@ async fn task(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ArenaError> {
     let started = Instant::now();
+    // A body the listener refused (too large, broken) is answered before any
+    // token work: checking a signature for a request that cannot be served
+    // would only give a flood of big bodies a CPU lever.
+    let raw = raw?;
     // Verify before parsing: the token is checked before the body is read as JSON.
     let token = bearer(&headers)?;
     let kid = jwt::token_kid(token)?;
@@ -309,9 +326,9 @@ async fn task(
         &key,
         &jwt::Policy {
             audience: &config.audience,
+            issuer: &config.issuer,
         },
     )?;
-    let raw = raw?;
     let task = parse_task(&headers, &raw)?;
     claims.check_binding(&config.agent_id, &task.match_id)?;
 
