@@ -7,6 +7,7 @@ mod agora;
 mod arena;
 mod envelopes;
 mod hai;
+mod hostile_edge;
 mod host;
 mod scripting;
 mod scripting_tools;
