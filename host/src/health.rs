@@ -44,21 +44,17 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
 /// folder inside another is removed whole.
 fn private_folders(state: &NodeState) -> Vec<String> {
     let config = &state.config;
-    let mut folders: Vec<String> = [
-        &config.plugins.dir,
-        &config.plugins.cache_dir,
-        &config.data_dir,
-    ]
-    .into_iter()
-    .flat_map(|dir| {
-        let shown = dir.display().to_string();
-        let absolute = std::path::absolute(dir)
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        [shown, absolute]
-    })
-    .filter(|folder| folder.len() > 1)
-    .collect();
+    let mut folders: Vec<String> = [&config.plugins.dir, &config.plugins.cache_dir, &config.data_dir]
+        .into_iter()
+        .flat_map(|dir| {
+            let shown = dir.display().to_string();
+            let absolute = std::path::absolute(dir)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            [shown, absolute]
+        })
+        .filter(|folder| folder.len() > 1)
+        .collect();
     folders.sort_by_key(|folder| std::cmp::Reverse(folder.len()));
     folders.dedup();
     folders
@@ -104,7 +100,9 @@ mod tests {
                 name: None,
                 version: None,
                 routes: Vec::new(),
-                error: Some("cannot compile /srv/node/data/plugins/echo.wasm (cache /srv/node/data/cache/x)".into()),
+                error: Some(
+                    "cannot compile /srv/node/data/plugins/echo.wasm (cache /srv/node/data/cache/x)".into(),
+                ),
             },
             &folders,
         );

@@ -113,7 +113,9 @@ fn game_hash() -> String {
 }
 
 fn agora_node(env: &[(&str, &str)]) -> TestNode {
-    let mut builder = TestNode::builder().plugin("agora-assistant").plugin("guess-number");
+    let mut builder = TestNode::builder()
+        .plugin("agora-assistant")
+        .plugin("guess-number");
     for (key, value) in env {
         builder = builder.env(key, *value);
     }
@@ -126,7 +128,9 @@ fn open_game(node: &TestNode, source: &str) -> Reply {
         node,
         "POST",
         "/agora",
-        Some(&json!({"protocolHash": game_hash(), "multiround": true, "body": {"start": {"min": 1, "max": 100}}})),
+        Some(
+            &json!({"protocolHash": game_hash(), "multiround": true, "body": {"start": {"min": 1, "max": 100}}}),
+        ),
     )
 }
 
@@ -184,7 +188,13 @@ fn honest_game(node: &TestNode) -> Result<(), String> {
             return Err(format!("honest guess {round}: {} {}", reply.status, reply.body));
         }
     }
-    let ended = request_from(HONEST, node, "DELETE", &format!("/agora/conversations/{id}"), None);
+    let ended = request_from(
+        HONEST,
+        node,
+        "DELETE",
+        &format!("/agora/conversations/{id}"),
+        None,
+    );
     if ended.status != 200 {
         return Err(format!("honest end: {} {}", ended.status, ended.body));
     }
@@ -213,9 +223,7 @@ fn a_conversation_flood_from_one_address_is_capped_while_another_address_is_serv
     assert!(error.contains("at most 5 per client"), "{error}");
 
     // The attacker keeps flooding; the honest address plays whole games meanwhile.
-    let flood = |_: usize, _: u64| {
-        busy_error(&open_game(&node, ATTACKER), 429).map(|_| ())
-    };
+    let flood = |_: usize, _: u64| busy_error(&open_game(&node, ATTACKER), 429).map(|_| ());
     let (games, report) = under_load(2, flood, || {
         for _ in 0..3 {
             honest_game(&node).unwrap();
@@ -288,7 +296,13 @@ fn the_total_conversation_cap_answers_503_and_existing_conversations_go_on() {
     );
     assert_eq!(single.status, 200, "{}", single.body);
     // Ending one frees a place for the next client.
-    let ended = request_from("127.0.0.4", &node, "DELETE", &format!("/agora/conversations/{}", ids[1]), None);
+    let ended = request_from(
+        "127.0.0.4",
+        &node,
+        "DELETE",
+        &format!("/agora/conversations/{}", ids[1]),
+        None,
+    );
     assert_eq!(ended.status, 200);
     honest_game(&node).unwrap();
 }
@@ -344,7 +358,13 @@ fn an_oversized_body_is_refused_before_authentication_in_each_protocols_shape() 
     // No token at all, and a content type the arena would refuse: still 413 first.
     let reply = arena::send("POST", &node.url("/arena"), None, "text/plain", &big);
     arena::assert_error(&reply, 413, "arena, no token");
-    let reply = arena::send("POST", &node.url("/arena"), Some("not.a.jwt"), "application/json", &big);
+    let reply = arena::send(
+        "POST",
+        &node.url("/arena"),
+        Some("not.a.jwt"),
+        "application/json",
+        &big,
+    );
     arena::assert_error(&reply, 413, "arena, bad token");
     let reply = arena::send("POST", &node.url("/agora"), None, "text/plain", &big);
     assert_eq!(reply.status, 413, "{}", reply.body);
@@ -437,7 +457,11 @@ fn a_jwks_redirect_is_not_followed() {
     }
     assert!(hits.load(Ordering::SeqCst) >= 2, "the JWKS URL was not fetched");
     assert_eq!(keys.fetches(), 0, "the node followed the JWKS redirect");
-    assert!(node.log_text().contains("redirects are not followed"), "{}", node.log_text());
+    assert!(
+        node.log_text().contains("redirects are not followed"),
+        "{}",
+        node.log_text()
+    );
     // The node itself keeps serving.
     assert_eq!(support::get(&node.url("/arena/health")).status, 200);
 }
@@ -457,7 +481,10 @@ fn the_jwks_is_refreshed_on_schedule_without_an_unknown_kid() {
     let body = arena::sample_body();
     let match_id = body["match_id"].as_str().unwrap().to_string();
     let es256 = arena::sign("es256-1", "agora-test-es256-1", &arena::claims(&match_id));
-    assert_eq!(arena::post_task(&node, &arena::rs256_token(&match_id), &body).status, 200);
+    assert_eq!(
+        arena::post_task(&node, &arena::rs256_token(&match_id), &body).status,
+        200
+    );
 
     // The arena rotates to the EC key.
     jwks.serve(arena::jwks_with(&["agora-test-es256-1"]));
@@ -499,7 +526,11 @@ fn a_token_from_another_issuer_is_refused_when_an_issuer_is_configured() {
     for (iss, context) in [(Some("evil-arena"), "wrong iss"), (None, "no iss")] {
         let reply = arena::post_task(&node, &with_iss(iss), &body);
         arena::assert_error(&reply, 401, context);
-        assert!(reply.body["error"].as_str().unwrap().contains("issuer"), "{}", reply.body);
+        assert!(
+            reply.body["error"].as_str().unwrap().contains("issuer"),
+            "{}",
+            reply.body
+        );
     }
     let reply = arena::post_task(&node, &with_iss(Some("agora-arena-test")), &body);
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -581,7 +612,10 @@ fn health_shows_plugin_file_names_and_no_absolute_paths() {
         .iter()
         .find(|p| p["file"] == "broken.wasm")
         .unwrap();
-    assert!(broken["error"].as_str().is_some_and(|e| !e.is_empty()), "{broken}");
+    assert!(
+        broken["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{broken}"
+    );
     let text = health.to_string();
     let data_dir = node.data_dir.display().to_string();
     assert!(!text.contains(&data_dir), "/health shows {data_dir}: {text}");

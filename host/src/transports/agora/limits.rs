@@ -253,7 +253,10 @@ mod tests {
         }
         assert!(matches!(
             limits.acquire("a3", "a", 100, 10),
-            Err(Refusal::RateLimited { per_minute: 3, retry_after: 20.. })
+            Err(Refusal::RateLimited {
+                per_minute: 3,
+                retry_after: 20..
+            })
         ));
         assert_eq!(limits.acquire("b0", "b", 100, 10), Ok(()));
     }

@@ -97,7 +97,10 @@ fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
     };
     for id in ids {
         let Ok(id) = String::from_utf8(id) else { continue };
-        if let Ok(Some(record)) = node.store.get::<Conversation>(Collection::Conversations, id.as_bytes()) {
+        if let Ok(Some(record)) = node
+            .store
+            .get::<Conversation>(Collection::Conversations, id.as_bytes())
+        {
             limits.restore(&id, record.client, record.expires_at, now);
         }
     }
