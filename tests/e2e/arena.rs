@@ -258,6 +258,8 @@ impl StreamServer {
         Self::start_collecting(port, Arc::default(), Arc::default())
     }
 
+    // The handshake callback's `Result` type is tungstenite's, not ours.
+    #[allow(clippy::result_large_err)]
     fn start_collecting(
         port: u16,
         events: Arc<Mutex<Vec<Value>>>,
@@ -294,10 +296,10 @@ impl StreamServer {
                         return;
                     };
                     while let Some(Ok(message)) = ws.next().await {
-                        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-                            if let Ok(event) = serde_json::from_str(text.as_str()) {
-                                sink.lock().unwrap().push(event);
-                            }
+                        if let tokio_tungstenite::tungstenite::Message::Text(text) = message
+                            && let Ok(event) = serde_json::from_str(text.as_str())
+                        {
+                            sink.lock().unwrap().push(event);
                         }
                     }
                 });

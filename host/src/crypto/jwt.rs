@@ -202,7 +202,8 @@ pub fn verify(token: &str, key: &VerifyingKey, policy: &Policy<'_>) -> Result<Ar
     let now = jsonwebtoken::get_current_timestamp() as f64;
     match (claims.exp, claims.expires_at) {
         (None, None) => return Err(JwtError::NoExpiry),
-        (_, Some(expires_at)) if !(expires_at + LEEWAY_SECS as f64 > now) => {
+        // NaN never counts as in the future.
+        (_, Some(expires_at)) if expires_at.is_nan() || expires_at + LEEWAY_SECS as f64 <= now => {
             return Err(JwtError::Expired);
         }
         _ => {}

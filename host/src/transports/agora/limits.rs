@@ -189,12 +189,12 @@ impl Table {
             return;
         };
         self.by_expiry.remove(&(live.expires_at, id.to_string()));
-        if let Some(client) = live.client {
-            if let Some(count) = self.per_client.get_mut(&client) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    self.per_client.remove(&client);
-                }
+        if let Some(client) = live.client
+            && let Some(count) = self.per_client.get_mut(&client)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.per_client.remove(&client);
             }
         }
     }

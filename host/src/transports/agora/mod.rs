@@ -648,12 +648,12 @@ async fn handle_follow_up(
     let conversation = load_conversation(state, id)?;
     // §7.2: the protocol cannot change mid-conversation. agora-protocol 0.2.0
     // repeats the original hash on every follow-up, which changes nothing.
-    if let Some(hash) = &request.protocol_hash {
-        if conversation.protocol_hash.as_ref() != Some(hash) {
-            return Err(AgoraError::Malformed(
-                "the protocol cannot change mid-conversation".into(),
-            ));
-        }
+    if let Some(hash) = &request.protocol_hash
+        && conversation.protocol_hash.as_ref() != Some(hash)
+    {
+        return Err(AgoraError::Malformed(
+            "the protocol cannot change mid-conversation".into(),
+        ));
     }
     let conversation = reserve_round(state, id, conversation)?;
     let registry = state.runtime.registry();

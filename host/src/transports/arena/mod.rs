@@ -467,12 +467,12 @@ impl Events {
             "thinking" | "error" => Some(merge(&kind, data, "message")),
             "spawn_subagent" | "subagent_done" => {
                 let event = merge(&kind, data, "name");
-                if kind == "spawn_subagent" {
-                    if let Some(name) = event.get("name").and_then(Value::as_str) {
-                        if !self.subagents.iter().any(|n| n == name) && self.subagents.len() < 64 {
-                            self.subagents.push(name.chars().take(128).collect());
-                        }
-                    }
+                if kind == "spawn_subagent"
+                    && let Some(name) = event.get("name").and_then(Value::as_str)
+                    && !self.subagents.iter().any(|n| n == name)
+                    && self.subagents.len() < 64
+                {
+                    self.subagents.push(name.chars().take(128).collect());
                 }
                 Some(event)
             }
@@ -504,10 +504,10 @@ impl Events {
         let tool = data["tool_name"].clone();
         match data["status"].as_str()? {
             "started" => {
-                if let Some(name) = tool.as_str() {
-                    if !self.tools.iter().any(|t| t == name) {
-                        self.tools.push(name.to_string());
-                    }
+                if let Some(name) = tool.as_str()
+                    && !self.tools.iter().any(|t| t == name)
+                {
+                    self.tools.push(name.to_string());
                 }
                 if self.tool_started.len() < 1024 {
                     self.tool_started.insert(call_id.clone(), Instant::now());
