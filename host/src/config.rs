@@ -190,6 +190,12 @@ pub struct AgoraConfig {
     /// History entries kept per conversation (two per round); a conversation
     /// that reaches it must be ended and a new one started.
     pub max_history_entries: usize,
+    /// Live multi-round conversations across every client; beyond it 503 + Retry-After.
+    pub max_conversations: usize,
+    /// Live conversations one client address (IPv6: its /64) may hold; beyond it 429.
+    pub max_conversations_per_client: usize,
+    /// Conversations one client address may open per minute (a token bucket); beyond it 429.
+    pub conversations_per_client_per_minute: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -250,6 +256,10 @@ pub struct ArenaConfig {
     pub stream_buffer: usize,
     /// Shortest interval between two JWKS fetches caused by unknown `kid`s.
     pub jwks_min_refetch_ms: u64,
+    /// The JWKS (URL or file) is reloaded this often, whatever tokens arrive.
+    pub jwks_refresh_secs: u64,
+    /// Required `iss` of every token; empty: `iss` is not checked.
+    pub issuer: String,
 }
 
 impl ArenaConfig {
@@ -263,10 +273,9 @@ impl ArenaConfig {
                 "set either arena.jwks_url or arena.jwks_file, not both",
             ));
         }
-        if !self.jwks_url.is_empty()
-            && !(self.jwks_url.starts_with("http://") || self.jwks_url.starts_with("https://"))
-        {
-            return Err(invalid("arena.jwks_url", "must be an http(s) URL"));
+        positive("arena.jwks_refresh_secs", self.jwks_refresh_secs)?;
+        if !self.jwks_url.is_empty() {
+            check_jwks_url(&self.jwks_url)?;
         }
         if self.stream_url.starts_with("wss://") {
             return Err(invalid(
@@ -493,6 +502,15 @@ impl Config {
             }
         }
         positive("agora.conversation_ttl_secs", self.agora.conversation_ttl_secs)?;
+        positive("agora.max_conversations", self.agora.max_conversations as u64)?;
+        positive(
+            "agora.max_conversations_per_client",
+            self.agora.max_conversations_per_client as u64,
+        )?;
+        positive(
+            "agora.conversations_per_client_per_minute",
+            u64::from(self.agora.conversations_per_client_per_minute),
+        )?;
         if self.plugins.max_memory_mb > 4096 {
             return Err(invalid(
                 "plugins.max_memory_mb",
@@ -509,6 +527,39 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+/// The arena's keys decide who may run tasks, so they are fetched over TLS;
+/// plain http is only for a loopback host (tests, a local TLS-terminating proxy).
+fn check_jwks_url(value: &str) -> Result<(), ConfigError> {
+    let url = url::Url::parse(value)
+        .map_err(|e| invalid("arena.jwks_url", format!("{value:?} is not a URL: {e}")))?;
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" => {
+            let loopback = match url.host() {
+                Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if loopback {
+                Ok(())
+            } else {
+                Err(invalid(
+                    "arena.jwks_url",
+                    format!(
+                        "{value:?} uses plain http:// to a non-loopback host; the arena's keys \
+                         must come over https:// (keys fetched in the clear can be swapped in \
+                         transit). http:// is accepted only for loopback hosts (127.0.0.0/8, ::1, \
+                         localhost), e.g. a local TLS-terminating proxy, until the node's own TLS \
+                         support arrives in a later issue"
+                    ),
+                ))
+            }
+        }
+        _ => Err(invalid("arena.jwks_url", "must be an https:// URL")),
     }
 }
 

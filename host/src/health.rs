@@ -1,5 +1,10 @@
 //! `GET /health` (overall status and every plugin file with its routes or its
 //! load error) and `GET /metrics` (Prometheus text).
+//!
+//! `/health` is public on an open port, so it names plugin files by their
+//! file name only and strips the node's folders from load errors: where the
+//! node keeps its data is nobody's business but the operator's, who has the
+//! log (which keeps full paths).
 
 use axum::Router;
 use axum::extract::State;
@@ -8,6 +13,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use serde_json::json;
 
+use crate::runtime::PluginStatus;
 use crate::transports::NodeState;
 
 pub fn router(state: NodeState) -> Router {
@@ -18,7 +24,13 @@ pub fn router(state: NodeState) -> Router {
 }
 
 async fn health(State(state): State<NodeState>) -> impl IntoResponse {
-    let plugins = state.runtime.status();
+    let folders = private_folders(&state);
+    let plugins: Vec<PluginStatus> = state
+        .runtime
+        .status()
+        .into_iter()
+        .map(|status| public_status(status, &folders))
+        .collect();
     let degraded = plugins.iter().any(|p| p.error.is_some());
     axum::Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
@@ -26,6 +38,43 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
         "uptime_secs": state.started.elapsed().as_secs(),
         "plugins": plugins,
     }))
+}
+
+/// The node's own folders as they may appear in messages, longest first so a
+/// folder inside another is removed whole.
+fn private_folders(state: &NodeState) -> Vec<String> {
+    let config = &state.config;
+    let mut folders: Vec<String> = [&config.plugins.dir, &config.plugins.cache_dir, &config.data_dir]
+        .into_iter()
+        .flat_map(|dir| {
+            let shown = dir.display().to_string();
+            let absolute = std::path::absolute(dir)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            [shown, absolute]
+        })
+        .filter(|folder| folder.len() > 1)
+        .collect();
+    folders.sort_by_key(|folder| std::cmp::Reverse(folder.len()));
+    folders.dedup();
+    folders
+}
+
+fn public_status(mut status: PluginStatus, folders: &[String]) -> PluginStatus {
+    status.file = std::path::Path::new(&status.file)
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    status.error = status.error.map(|error| strip_folders(&error, folders));
+    status
+}
+
+fn strip_folders(message: &str, folders: &[String]) -> String {
+    let mut message = message.to_string();
+    for folder in folders {
+        message = message.replace(&format!("{folder}/"), "").replace(folder, "");
+    }
+    message
 }
 
 async fn metrics(State(state): State<NodeState>) -> impl IntoResponse {
@@ -36,4 +85,31 @@ async fn metrics(State(state): State<NodeState>) -> impl IntoResponse {
         )],
         state.runtime.metrics().render(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_files_and_errors_lose_the_node_folders() {
+        let folders = vec!["/srv/node/data/plugins".to_string(), "/srv/node/data".to_string()];
+        let status = public_status(
+            PluginStatus {
+                file: "/srv/node/data/plugins/echo.wasm".into(),
+                name: None,
+                version: None,
+                routes: Vec::new(),
+                error: Some(
+                    "cannot compile /srv/node/data/plugins/echo.wasm (cache /srv/node/data/cache/x)".into(),
+                ),
+            },
+            &folders,
+        );
+        assert_eq!(status.file, "echo.wasm");
+        assert_eq!(
+            status.error.as_deref(),
+            Some("cannot compile echo.wasm (cache cache/x)")
+        );
+    }
 }

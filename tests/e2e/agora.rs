@@ -249,7 +249,7 @@ fn unknown_hash_is_unsupported_even_when_its_sources_verify() {
         .plugin("agora-assistant")
         .plugin("unit-converter")
         .start();
-    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
+    let hash = support::document_hash(UNKNOWN_DOCUMENT);
     let body = json!({"city": "London", "date": "2025-03-14"});
     let without_sources = start(&node, json!({"protocolHash": hash, "body": body}));
     assert_eq!(failure_error(&without_sources), "Unsupported protocol");
@@ -273,7 +273,7 @@ fn sources_that_do_not_match_the_hash_are_refused_and_urls_are_not_fetched() {
         .plugin("agora-assistant")
         .plugin("unit-converter")
         .start();
-    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
+    let hash = support::document_hash(UNKNOWN_DOCUMENT);
     let other = UNKNOWN_DOCUMENT.replace("Weather", "Climate");
     for sources in [
         json!([other]),
@@ -333,7 +333,7 @@ fn a_plugin_accepting_any_document_serves_verified_unknown_documents() {
         .plugin("agora-assistant")
         .plugin("protocol-inspector")
         .start();
-    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
+    let hash = support::document_hash(UNKNOWN_DOCUMENT);
     let body = json!({"city": "London", "date": "2025-03-14"});
     // The reference library's percent-encoded data: URI, with its base64 hash.
     let reply = start(
@@ -362,7 +362,7 @@ fn a_plugin_accepting_any_document_serves_verified_unknown_documents() {
     let not_a_document = "just some text";
     let reply = start(
         &node,
-        json!({"protocolHash": support::document_hash(&not_a_document), "protocolSources": [not_a_document], "body": "x"}),
+        json!({"protocolHash": support::document_hash(not_a_document), "protocolSources": [not_a_document], "body": "x"}),
     );
     assert!(failure_error(&reply).starts_with("Invalid protocol document"));
     // In a conversation, follow-ups see the document again.
@@ -622,7 +622,7 @@ fn bad_input_gets_a_clear_error_and_the_node_keeps_serving() {
     assert_serves(&node);
 
     // Huge protocolSources: too many entries, or one over max_document_bytes (256 KiB).
-    let hash = support::document_hash(&UNKNOWN_DOCUMENT);
+    let hash = support::document_hash(UNKNOWN_DOCUMENT);
     let many = vec![UNKNOWN_DOCUMENT; 9];
     let reply = post_json(
         &url,

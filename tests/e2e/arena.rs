@@ -13,19 +13,19 @@ use serde_json::{Value, json};
 
 use crate::support::{TestNode, free_port, get, vectors_dir};
 
-const AGENT: &str = "ag_xyz123";
-const FUTURE: u64 = 4_102_444_800;
+pub(crate) const AGENT: &str = "ag_xyz123";
+pub(crate) const FUTURE: u64 = 4_102_444_800;
 
-fn jwt_dir() -> PathBuf {
+pub(crate) fn jwt_dir() -> PathBuf {
     vectors_dir().join("jwt")
 }
 
-fn sample_body() -> Value {
+pub(crate) fn sample_body() -> Value {
     serde_json::from_slice(&std::fs::read(jwt_dir().join("sample_request_body.json")).unwrap()).unwrap()
 }
 
 /// The published JWKS with only the keys whose kid is in `kids`.
-fn jwks_with(kids: &[&str]) -> String {
+pub(crate) fn jwks_with(kids: &[&str]) -> String {
     let mut set: Value =
         serde_json::from_slice(&std::fs::read(jwt_dir().join("jwks.json")).unwrap()).unwrap();
     set["keys"]
@@ -36,7 +36,7 @@ fn jwks_with(kids: &[&str]) -> String {
 }
 
 /// Sign claims with one of the TEST_ONLY keys of the vectors folder.
-fn sign(key: &str, kid: &str, claims: &Value) -> String {
+pub(crate) fn sign(key: &str, kid: &str, claims: &Value) -> String {
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
     let pem =
         std::fs::read(jwt_dir().join(format!("test_only_private_keys/TEST_ONLY_{key}.private.pem"))).unwrap();
@@ -50,11 +50,11 @@ fn sign(key: &str, kid: &str, claims: &Value) -> String {
     jsonwebtoken::encode(&header, claims, &encoding).unwrap()
 }
 
-fn claims(match_id: &str) -> Value {
+pub(crate) fn claims(match_id: &str) -> Value {
     json!({"agent_id": AGENT, "match_id": match_id, "expires_at": FUTURE})
 }
 
-fn rs256_token(match_id: &str) -> String {
+pub(crate) fn rs256_token(match_id: &str) -> String {
     sign("rs256-1", "agora-test-rs256-1", &claims(match_id))
 }
 
@@ -81,14 +81,14 @@ fn slow(match_id: &str, round: u64, work: Value, limit: f64) -> Value {
     task("slow", match_id, round, work, limit)
 }
 
-struct Reply {
-    status: u16,
-    retry_after: Option<String>,
-    content_type: String,
-    body: Value,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) retry_after: Option<String>,
+    pub(crate) content_type: String,
+    pub(crate) body: Value,
 }
 
-fn send(method: &str, url: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
+pub(crate) fn send(method: &str, url: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
@@ -127,7 +127,7 @@ fn send(method: &str, url: &str, token: Option<&str>, content_type: &str, body: 
     }
 }
 
-fn post_task(node: &TestNode, token: &str, body: &Value) -> Reply {
+pub(crate) fn post_task(node: &TestNode, token: &str, body: &Value) -> Reply {
     send(
         "POST",
         &node.url("/arena"),
@@ -138,7 +138,7 @@ fn post_task(node: &TestNode, token: &str, body: &Value) -> Reply {
 }
 
 /// Every error reply is JSON with a non-empty `error`.
-fn assert_error(reply: &Reply, status: u16, context: &str) {
+pub(crate) fn assert_error(reply: &Reply, status: u16, context: &str) {
     assert_eq!(reply.status, status, "{context}: {}", reply.body);
     assert!(
         reply.content_type.starts_with("application/json"),
@@ -156,7 +156,7 @@ fn arena_health(node: &TestNode) -> Reply {
     send("GET", &node.url("/arena/health"), None, "", b"")
 }
 
-fn node_with(plugins: &[&str], env: &[(&str, String)]) -> TestNode {
+pub(crate) fn node_with(plugins: &[&str], env: &[(&str, String)]) -> TestNode {
     let mut builder = TestNode::builder().env("AGORA_ARENA__AGENT_ID", AGENT);
     for plugin in plugins {
         builder = builder.plugin(plugin);
@@ -174,7 +174,7 @@ fn node_with(plugins: &[&str], env: &[(&str, String)]) -> TestNode {
     node
 }
 
-fn jwks_file_env() -> (&'static str, String) {
+pub(crate) fn jwks_file_env() -> (&'static str, String) {
     (
         "AGORA_ARENA__JWKS_FILE",
         jwt_dir().join("jwks.json").display().to_string(),
@@ -195,14 +195,14 @@ fn wait_until<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<
 // --- The test arena: a JWKS server and a WebSocket stream server ---
 
 /// Serves the current JWKS over HTTP/1.1 and counts fetches.
-struct JwksServer {
+pub(crate) struct JwksServer {
     port: u16,
     body: Arc<Mutex<String>>,
     fetches: Arc<AtomicUsize>,
 }
 
 impl JwksServer {
-    fn start(initial: String) -> JwksServer {
+    pub(crate) fn start(initial: String) -> JwksServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let body = Arc::new(Mutex::new(initial));
@@ -231,15 +231,15 @@ impl JwksServer {
         JwksServer { port, body, fetches }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/.well-known/jwks.json", self.port)
     }
 
-    fn serve(&self, jwks: String) {
+    pub(crate) fn serve(&self, jwks: String) {
         *self.body.lock().unwrap() = jwks;
     }
 
-    fn fetches(&self) -> usize {
+    pub(crate) fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
     }
 }
@@ -258,6 +258,8 @@ impl StreamServer {
         Self::start_collecting(port, Arc::default(), Arc::default())
     }
 
+    // The handshake callback's `Result` type is tungstenite's, not ours.
+    #[allow(clippy::result_large_err)]
     fn start_collecting(
         port: u16,
         events: Arc<Mutex<Vec<Value>>>,
@@ -294,10 +296,10 @@ impl StreamServer {
                         return;
                     };
                     while let Some(Ok(message)) = ws.next().await {
-                        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-                            if let Ok(event) = serde_json::from_str(text.as_str()) {
-                                sink.lock().unwrap().push(event);
-                            }
+                        if let tokio_tungstenite::tungstenite::Message::Text(text) = message
+                            && let Ok(event) = serde_json::from_str(text.as_str())
+                        {
+                            sink.lock().unwrap().push(event);
                         }
                     }
                 });

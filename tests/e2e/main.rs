@@ -8,6 +8,7 @@ mod arena;
 mod envelopes;
 mod hai;
 mod host;
+mod hostile_edge;
 mod hostile_hai;
 mod open_port;
 mod scripting;

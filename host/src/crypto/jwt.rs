@@ -8,7 +8,8 @@
 //!   EdDSA are accepted (no `none`, no HMAC with a public key as secret);
 //! - at least one of `exp` and the spec's custom `expires_at` (Unix seconds)
 //!   is present, and each present one lies in the future; `nbf` is honoured;
-//!   `aud`, when present, must be this node's configured audience;
+//!   `aud`, when present, must be this node's configured audience; `iss` must
+//!   equal `arena.issuer` when that is set (unchecked when it is empty);
 //! - `agent_id` and `match_id` are bound to the node and the request by
 //!   [`ArenaClaims::check_binding`].
 //!
@@ -52,6 +53,8 @@ pub enum JwtError {
     WrongAgent(String),
     #[error("the token is for another match")]
     WrongMatch,
+    #[error("the token's issuer {0:?} is not the configured arena issuer")]
+    WrongIssuer(String),
     #[error("invalid JWK Set: {0}")]
     KeySet(String),
 }
@@ -165,6 +168,8 @@ pub struct ArenaClaims {
 pub struct Policy<'a> {
     /// Required value of `aud` when the token carries one; empty refuses any `aud`.
     pub audience: &'a str,
+    /// Required value of `iss`; empty accepts any (or none).
+    pub issuer: &'a str,
 }
 
 /// Verify `token` with `key` and check its time and audience claims.
@@ -197,10 +202,15 @@ pub fn verify(token: &str, key: &VerifyingKey, policy: &Policy<'_>) -> Result<Ar
     let now = jsonwebtoken::get_current_timestamp() as f64;
     match (claims.exp, claims.expires_at) {
         (None, None) => return Err(JwtError::NoExpiry),
-        (_, Some(expires_at)) if !(expires_at + LEEWAY_SECS as f64 > now) => {
+        // NaN never counts as in the future.
+        (_, Some(expires_at)) if expires_at.is_nan() || expires_at + LEEWAY_SECS as f64 <= now => {
             return Err(JwtError::Expired);
         }
         _ => {}
+    }
+    if !policy.issuer.is_empty() && claims.iss.as_deref() != Some(policy.issuer) {
+        let shown = claims.iss.as_deref().unwrap_or("(none)");
+        return Err(JwtError::WrongIssuer(shown.chars().take(64).collect()));
     }
     Ok(claims)
 }
@@ -228,6 +238,10 @@ mod tests {
     }
 
     fn check(token: &str, keys: &KeySet) -> Result<ArenaClaims, JwtError> {
+        check_with_issuer(token, keys, "")
+    }
+
+    fn check_with_issuer(token: &str, keys: &KeySet, issuer: &str) -> Result<ArenaClaims, JwtError> {
         let kid = token_kid(token)?;
         let key = keys.get(&kid).ok_or(JwtError::UnknownKid(kid))?;
         let claims = verify(
@@ -235,6 +249,7 @@ mod tests {
             key,
             &Policy {
                 audience: "agora-agent",
+                issuer,
             },
         )?;
         claims.check_binding("ag_xyz123", "m_abc123def")?;
@@ -254,6 +269,32 @@ mod tests {
             let accept = entry["expected"] == "accept";
             let verdict = check(entry["token"].as_str().unwrap(), &keys);
             assert_eq!(verdict.is_ok(), accept, "{name}: {:?}", verdict.err());
+        }
+    }
+
+    /// Every vector's `iss` is "agora-arena-test": configured as the issuer,
+    /// the verdicts are unchanged; any other configured issuer refuses the
+    /// otherwise valid tokens.
+    #[test]
+    fn a_configured_issuer_must_match_iss() {
+        let keys = KeySet::parse(&std::fs::read(vectors().join("jwks.json")).unwrap()).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(vectors().join("tokens.json")).unwrap()).unwrap();
+        for entry in doc["tokens"].as_array().unwrap() {
+            let name = entry["name"].as_str().unwrap();
+            let token = entry["token"].as_str().unwrap();
+            let accept = entry["expected"] == "accept";
+            let same = check_with_issuer(token, &keys, "agora-arena-test");
+            assert_eq!(same.is_ok(), accept, "{name}: {:?}", same.err());
+            if accept {
+                assert!(
+                    matches!(
+                        check_with_issuer(token, &keys, "https://arena.example"),
+                        Err(JwtError::WrongIssuer(iss)) if iss == "agora-arena-test"
+                    ),
+                    "{name}"
+                );
+            }
         }
     }
 

@@ -28,21 +28,49 @@ pub struct HttpResponse {
     pub body: Bytes,
 }
 
-/// Check `url` is http(s) and its host is in `allowed` (`host` or `host:port` entries).
+/// Check `url` is http(s) and its destination is in `allowed`.
+///
+/// An entry `host:port` allows that port only; a bare `host` allows the
+/// URL scheme's default port only (80 for http, 443 for https), never every
+/// port: an allowed web host must not open its admin or database ports too.
+/// Hosts compare case-insensitively; IPv6 entries are bracketed (`[::1]:8080`).
 pub fn check_allowed(url: &str, allowed: &[String]) -> Result<url::Url, ClientError> {
     let parsed = url::Url::parse(url).map_err(|_| ClientError::InvalidUrl(url.to_string()))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(ClientError::InvalidUrl(url.to_string()));
-    }
+    let default_port = match parsed.scheme() {
+        "http" => 80,
+        "https" => 443,
+        _ => return Err(ClientError::InvalidUrl(url.to_string())),
+    };
     let host = parsed
         .host_str()
         .ok_or_else(|| ClientError::InvalidUrl(url.to_string()))?
-        .to_string();
-    let with_port = format!("{host}:{}", parsed.port_or_known_default().unwrap_or(80));
-    if allowed.iter().any(|entry| entry == &host || entry == &with_port) {
+        .to_ascii_lowercase();
+    let port = parsed.port().unwrap_or(default_port);
+    let permitted = allowed.iter().any(|entry| {
+        let (entry_host, entry_port) = split_entry(entry);
+        entry_host.eq_ignore_ascii_case(&host) && entry_port.unwrap_or(default_port) == port
+    });
+    if permitted {
         Ok(parsed)
     } else {
-        Err(ClientError::HostNotAllowed(with_port))
+        Err(ClientError::HostNotAllowed(format!("{host}:{port}")))
+    }
+}
+
+/// `host[:port]` of an allow-list entry; an unparsable port never matches.
+fn split_entry(entry: &str) -> (&str, Option<u16>) {
+    let entry = entry.trim();
+    // `[v6]:port`, or a bare IPv6 address, whose colons are not a port.
+    let port_sep = if entry.starts_with('[') {
+        entry.rfind("]:").map(|at| at + 1)
+    } else if entry.matches(':').count() == 1 {
+        entry.find(':')
+    } else {
+        None
+    };
+    match port_sep {
+        Some(at) => (&entry[..at], Some(entry[at + 1..].parse().unwrap_or(0))),
+        None => (entry, None),
     }
 }
 
@@ -108,4 +136,37 @@ pub async fn request(
             url: url.into(),
             timeout_ms: timeout.as_millis() as u64,
         })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allows(url: &str, entries: &[&str]) -> bool {
+        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+        check_allowed(url, &entries).is_ok()
+    }
+
+    #[test]
+    fn a_bare_host_allows_only_the_default_port() {
+        assert!(allows("http://127.0.0.1/x", &["127.0.0.1"]));
+        assert!(allows("http://127.0.0.1:80/x", &["127.0.0.1"]));
+        assert!(!allows("http://127.0.0.1:9999/x", &["127.0.0.1"]));
+        assert!(allows("https://Example.COM/x", &["example.com"]));
+        assert!(!allows("https://example.com:8443/x", &["example.com"]));
+        // The default port follows the scheme: "host" is 443 for https, not 80.
+        assert!(!allows("http://example.com:443/x", &["example.com"]));
+    }
+
+    #[test]
+    fn host_and_port_allows_that_port_only() {
+        assert!(allows("http://127.0.0.1:9999/x", &["127.0.0.1:9999"]));
+        assert!(!allows("http://127.0.0.1:9998/x", &["127.0.0.1:9999"]));
+        assert!(!allows("http://127.0.0.1/x", &["127.0.0.1:9999"]));
+        assert!(allows("http://[::1]:8080/x", &["[::1]:8080"]));
+        assert!(allows("http://[::1]/x", &["[::1]"]));
+        assert!(!allows("http://[::1]:8080/x", &["[::1]"]));
+        assert!(!allows("http://127.0.0.1:9999/x", &["127.0.0.1:nope"]));
+        assert!(!allows("http://127.0.0.2/x", &["127.0.0.1"]));
+    }
 }

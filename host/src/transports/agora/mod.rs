@@ -11,16 +11,21 @@
 //! - §10: transport errors are HTTP statuses, Agora errors are 200 + failure,
 //!   protocol errors are the plugin's business inside `body`. [`AgoraError`]
 //!   is the one place that mapping is written.
+//! - Our limits ([`limits`]): live conversations in total and per client
+//!   address, and each client's creation rate; refusals are 429/503 with
+//!   `Retry-After` in the failure shape above.
 
 pub mod client;
 pub mod document;
+pub mod limits;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
@@ -29,6 +34,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use self::limits::{ConversationLimits, Refusal};
 use super::NodeState;
 use crate::runtime::{
     Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, Registry, TransportKind,
@@ -43,8 +49,18 @@ const EXPIRED_ID_RETENTION_SECS: u64 = 24 * 3600;
 /// longer is unknown without touching the store.
 const MAX_CONVERSATION_ID_LEN: usize = 64;
 
-pub fn router(state: NodeState) -> Router {
-    let base = state.config.agora.path.trim_end_matches('/').to_string();
+/// What the Agora handlers share: the node, and the conversation caps.
+#[derive(Clone)]
+struct Agora {
+    node: NodeState,
+    limits: Arc<ConversationLimits>,
+}
+
+pub fn router(node: NodeState) -> Router {
+    let limits = ConversationLimits::new(&node.config.agora);
+    restore_limits(&node, &limits);
+    let state = Agora { node, limits };
+    let base = state.node.config.agora.path.trim_end_matches('/').to_string();
     let mut router = Router::new()
         .route(
             &format!("{base}/conversations/{{id}}"),
@@ -59,13 +75,35 @@ pub fn router(state: NodeState) -> Router {
             .route(&format!("{base}/"), post(start))
     };
     // The reference library's dialect also serves the root path.
-    if state.config.agora.reference_dialect && !base.is_empty() {
+    if state.node.config.agora.reference_dialect && !base.is_empty() {
         router = router
             .route("/", post(start))
             .route("/conversations/{id}", post(follow_up).delete(end_conversation))
             .route("/wellknown", get(wellknown));
     }
     router.with_state(state)
+}
+
+/// Count the conversations the store already holds, so a restart neither
+/// frees capacity an attacker filled nor forgets honest clients' places.
+fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
+    let now = now_ms() / 1000;
+    let ids = match node.store.keys(Collection::Conversations, b"", usize::MAX) {
+        Ok(ids) => ids,
+        Err(error) => {
+            tracing::warn!(%error, "cannot count the stored Agora conversations");
+            return;
+        }
+    };
+    for id in ids {
+        let Ok(id) = String::from_utf8(id) else { continue };
+        if let Ok(Some(record)) = node
+            .store
+            .get::<Conversation>(Collection::Conversations, id.as_bytes())
+        {
+            limits.restore(&id, record.client, record.expires_at, now);
+        }
+    }
 }
 
 /// Everything that can go wrong, by the layer of §10 it belongs to.
@@ -88,6 +126,13 @@ pub enum AgoraError {
     Rejected(String),
     #[error("The node is overloaded, try again shortly")]
     Overloaded,
+    /// A conversation cap or the creation rate (429 per client, 503 in total).
+    #[error("{message}")]
+    Busy {
+        status: StatusCode,
+        message: String,
+        retry_after: u64,
+    },
     #[error("{0}")]
     Internal(String),
 }
@@ -95,6 +140,36 @@ pub enum AgoraError {
 impl From<StoreError> for AgoraError {
     fn from(error: StoreError) -> Self {
         AgoraError::Internal(format!("storage failed: {error}"))
+    }
+}
+
+impl From<Refusal> for AgoraError {
+    fn from(refusal: Refusal) -> Self {
+        let (status, message, retry_after) = match refusal {
+            Refusal::Full { limit, retry_after } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("The node holds its maximum of {limit} conversations, try again later"),
+                retry_after,
+            ),
+            Refusal::ClientFull { limit, retry_after } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("Too many open conversations: at most {limit} per client, end one first"),
+                retry_after,
+            ),
+            Refusal::RateLimited {
+                per_minute,
+                retry_after,
+            } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("Too many new conversations: at most {per_minute} per minute per client"),
+                retry_after,
+            ),
+        };
+        AgoraError::Busy {
+            status,
+            message,
+            retry_after,
+        }
     }
 }
 
@@ -130,6 +205,7 @@ impl AgoraError {
                 StatusCode::OK
             }
             AgoraError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            AgoraError::Busy { status, .. } => *status,
             AgoraError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -138,7 +214,14 @@ impl AgoraError {
     fn into_response(self, reference_dialect: bool) -> Response {
         let status = self.status();
         let message = self.to_string();
-        if status.is_server_error() {
+        let retry_after = match &self {
+            AgoraError::Busy { retry_after, .. } => Some(*retry_after),
+            AgoraError::Overloaded => Some(1),
+            _ => None,
+        };
+        if matches!(self, AgoraError::Busy { .. }) {
+            tracing::debug!(transport = "agora", %message, "request refused");
+        } else if status.is_server_error() {
             tracing::warn!(transport = "agora", %message, "request failed");
         }
         let body = if reference_dialect {
@@ -146,7 +229,13 @@ impl AgoraError {
         } else {
             json!({"status": "failure", "error": message})
         };
-        (status, axum::Json(body)).into_response()
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 
     /// A body the HTTP layer refused before it reached us (size limit, broken stream).
@@ -181,6 +270,10 @@ struct Conversation {
     /// Rounds started, the first included; bounds the stored history.
     #[serde(default)]
     rounds: u64,
+    /// The client address charged for it ([`limits::client_key`]), so the caps
+    /// survive a restart.
+    #[serde(default)]
+    client: Option<String>,
 }
 
 fn parse_request(
@@ -188,10 +281,11 @@ fn parse_request(
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<AgoraRequest, AgoraError> {
+    // A refused body is answered first: nothing else about the request matters.
+    let raw = raw.map_err(|r| AgoraError::from_rejection(r, state.config.http.max_body_bytes))?;
     if !super::is_json_content_type(headers) {
         return Err(AgoraError::UnsupportedMediaType);
     }
-    let raw = raw.map_err(|r| AgoraError::from_rejection(r, state.config.http.max_body_bytes))?;
     let value: Value =
         serde_json::from_slice(&raw).map_err(|e| AgoraError::Malformed(format!("malformed JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
@@ -260,12 +354,13 @@ fn parse_request(
 
 /// `POST {base}`: a single-round request or the start of a conversation.
 async fn start(
-    State(state): State<NodeState>,
+    State(state): State<Agora>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let dialect = state.config.agora.reference_dialect;
-    match handle_start(&state, &headers, raw).await {
+    let dialect = state.node.config.agora.reference_dialect;
+    match handle_start(&state, peer, &headers, raw).await {
         Ok(reply) => reply,
         Err(error) => error.into_response(dialect),
     }
@@ -281,11 +376,19 @@ struct Route {
 }
 
 async fn handle_start(
-    state: &NodeState,
+    agora: &Agora,
+    peer: SocketAddr,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AgoraError> {
+    let state = &agora.node;
     let request = parse_request(state, headers, raw)?;
+    // Charged before any work (source fetches, the plugin) is done for it.
+    let reservation = if request.multiround {
+        Some(Reservation::new(agora, peer)?)
+    } else {
+        None
+    };
     let registry = state.runtime.registry();
     let route = match &request.protocol_hash {
         None => Route {
@@ -296,11 +399,12 @@ async fn handle_start(
         Some(hash) => resolve_protocol(state, &registry, hash, &request.sources).await?,
     };
     let body = plugin_body(&request.body, route.document.as_deref());
-    if !request.multiround {
+    let Some(reservation) = reservation else {
         let reply = run(state, &route.plugin, route.key, None, &body).await?;
         return Ok(success(reply, None));
-    }
-    let (id, record) = create_conversation(state, &route, request.protocol_hash.clone())?;
+    };
+    let record = create_conversation(state, &route, request.protocol_hash.clone(), &reservation)?;
+    let id = reservation.id.clone();
     let reply = match run(state, &route.plugin, route.key, Some(&id), &body).await {
         Ok(reply) => reply,
         Err(error) => {
@@ -312,7 +416,52 @@ async fn handle_start(
     append(state, &id, "user", &request.body)?;
     append(state, &id, "agent", &reply)?;
     state.store.commit().await?;
+    reservation.keep();
     Ok(success(reply, Some((&id, record.expires_at))))
+}
+
+/// A place under the conversation caps, held for a conversation being
+/// created; released when dropped unless the conversation was created.
+struct Reservation {
+    limits: Arc<ConversationLimits>,
+    id: String,
+    client: String,
+    expires_at: u64,
+    kept: bool,
+}
+
+impl Reservation {
+    fn new(agora: &Agora, peer: SocketAddr) -> Result<Reservation, AgoraError> {
+        // 192 random bits (§11: hard to guess).
+        let mut id_bytes = [0u8; 24];
+        rand::rngs::OsRng.fill_bytes(&mut id_bytes);
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id_bytes);
+        let now = now_ms();
+        let ttl_ms = agora.node.config.agora.conversation_ttl_secs.saturating_mul(1000);
+        // Rounded up, so a conversation lives at least the configured time.
+        let expires_at = now.saturating_add(ttl_ms).div_ceil(1000);
+        let client = limits::client_key(peer.ip());
+        agora.limits.acquire(&id, &client, expires_at, now / 1000)?;
+        Ok(Reservation {
+            limits: agora.limits.clone(),
+            id,
+            client,
+            expires_at,
+            kept: false,
+        })
+    }
+
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.limits.release(&self.id);
+        }
+    }
 }
 
 fn default_plugin(state: &NodeState, registry: &Registry) -> Result<Arc<LoadedPlugin>, AgoraError> {
@@ -441,24 +590,19 @@ fn create_conversation(
     state: &NodeState,
     route: &Route,
     protocol_hash: Option<String>,
-) -> Result<(String, Conversation), AgoraError> {
-    // 192 random bits (§11: hard to guess).
-    let mut id_bytes = [0u8; 24];
-    rand::rngs::OsRng.fill_bytes(&mut id_bytes);
-    let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id_bytes);
-    let now = now_ms();
-    let ttl_ms = state.config.agora.conversation_ttl_secs.saturating_mul(1000);
+    reservation: &Reservation,
+) -> Result<Conversation, AgoraError> {
     let record = Conversation {
         plugin: route.plugin.manifest.name.clone(),
         protocol_hash,
         document: route.document.clone(),
-        created_at_ms: now,
-        // Rounded up, so a conversation lives at least the configured time.
-        expires_at: now.saturating_add(ttl_ms).div_ceil(1000),
+        created_at_ms: now_ms(),
+        expires_at: reservation.expires_at,
         rounds: 1,
+        client: Some(reservation.client.clone()),
     };
-    store_conversation(state, &id, &record)?;
-    Ok((id, record))
+    store_conversation(state, &reservation.id, &record)?;
+    Ok(record)
 }
 
 fn store_conversation(state: &NodeState, id: &str, record: &Conversation) -> Result<(), AgoraError> {
@@ -482,13 +626,13 @@ fn store_expiry_ms(record: &Conversation) -> u64 {
 
 /// `POST {base}/conversations/{id}`: a follow-up in a conversation (§7.2).
 async fn follow_up(
-    State(state): State<NodeState>,
+    State(state): State<Agora>,
     Path(id): Path<String>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let dialect = state.config.agora.reference_dialect;
-    match handle_follow_up(&state, &id, &headers, raw).await {
+    let dialect = state.node.config.agora.reference_dialect;
+    match handle_follow_up(&state.node, &id, &headers, raw).await {
         Ok(reply) => reply,
         Err(error) => error.into_response(dialect),
     }
@@ -504,12 +648,12 @@ async fn handle_follow_up(
     let conversation = load_conversation(state, id)?;
     // §7.2: the protocol cannot change mid-conversation. agora-protocol 0.2.0
     // repeats the original hash on every follow-up, which changes nothing.
-    if let Some(hash) = &request.protocol_hash {
-        if conversation.protocol_hash.as_ref() != Some(hash) {
-            return Err(AgoraError::Malformed(
-                "the protocol cannot change mid-conversation".into(),
-            ));
-        }
+    if let Some(hash) = &request.protocol_hash
+        && conversation.protocol_hash.as_ref() != Some(hash)
+    {
+        return Err(AgoraError::Malformed(
+            "the protocol cannot change mid-conversation".into(),
+        ));
     }
     let conversation = reserve_round(state, id, conversation)?;
     let registry = state.runtime.registry();
@@ -555,13 +699,15 @@ fn reserve_round(state: &NodeState, id: &str, mut current: Conversation) -> Resu
 }
 
 /// `DELETE {base}/conversations/{id}`: end a conversation.
-async fn end_conversation(State(state): State<NodeState>, Path(id): Path<String>) -> Response {
+async fn end_conversation(State(agora): State<Agora>, Path(id): Path<String>) -> Response {
+    let state = &agora.node;
     let dialect = state.config.agora.reference_dialect;
     let result = async {
-        load_conversation(&state, &id)?;
+        load_conversation(state, &id)?;
         state.store.remove(Collection::Conversations, id.as_bytes())?;
         state.store.remove_history(&id)?;
         state.store.commit().await?;
+        agora.limits.release(&id);
         Ok::<_, AgoraError>(success(Value::String("Conversation ended".into()), None))
     }
     .await;
@@ -600,8 +746,8 @@ fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraE
 }
 
 /// `GET {base}/wellknown` (§9): every fully supported document by hex hash.
-async fn wellknown(State(state): State<NodeState>) -> Response {
-    let registry = state.runtime.registry();
+async fn wellknown(State(state): State<Agora>) -> Response {
+    let registry = state.node.runtime.registry();
     let mut documents = Map::new();
     for plugin in registry.plugins() {
         for protocol in &plugin.manifest.protocols {

@@ -4,8 +4,13 @@
 //! A token naming a `kid` the cache lacks triggers one refetch (one in flight
 //! at a time, at most once per `arena.jwks_min_refetch_ms`), so the arena can
 //! rotate keys without a restart while a flood of bogus `kid`s cannot turn
-//! the node into a JWKS hammer. A refetched set replaces the old one, so a
-//! key the arena withdraws stops verifying.
+//! the node into a JWKS hammer. The set is also reloaded every
+//! `arena.jwks_refresh_secs`. A refetched set replaces the old one, so a
+//! key the arena withdraws stops verifying; a failed fetch keeps the old set.
+//!
+//! The JWKS URL is `https://` (plain `http://` only to a loopback host, see
+//! `ArenaConfig::validate`), and redirects are never followed: the keys that
+//! decide who may run tasks come from exactly the configured address.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -110,6 +115,16 @@ impl KeyCache {
 
     /// Load the set now (start-up), so the first task does not wait on the fetch.
     pub async fn preload(&self) {
+        self.reload("arena keys not loaded yet").await;
+    }
+
+    /// The scheduled reload (`arena.jwks_refresh_secs`).
+    pub async fn refresh(&self) {
+        self.reload("scheduled arena key refresh failed; keeping the previous keys")
+            .await;
+    }
+
+    async fn reload(&self, failure: &'static str) {
         if !self.is_configured() {
             return;
         }
@@ -122,7 +137,7 @@ impl KeyCache {
                 tracing::info!(keys = keys.len(), "arena keys loaded");
                 cached.keys = Arc::new(keys);
             }
-            Err(error) => tracing::warn!(%error, "arena keys not loaded yet"),
+            Err(error) => tracing::warn!(%error, "{failure}"),
         }
     }
 
@@ -162,12 +177,14 @@ fn read_file(path: &std::path::Path) -> Result<Vec<u8>, KeyError> {
     Ok(bytes)
 }
 
-/// GET the JWKS (http or https), bounded in time and size.
+/// GET the JWKS, bounded in time and size. A redirect is an error, not a
+/// hop: whoever can answer a 3xx at the configured URL must not get to pick
+/// the host that supplies the keys.
 fn fetch(url: &str) -> Result<Vec<u8>, KeyError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(FETCH_TIMEOUT))
-        .http_status_as_error(true)
-        .max_redirects(3)
+        .http_status_as_error(false)
+        .max_redirects(0)
         .build()
         .into();
     let mut response = agent
@@ -175,6 +192,16 @@ fn fetch(url: &str) -> Result<Vec<u8>, KeyError> {
         .header("accept", "application/json")
         .call()
         .map_err(|e| KeyError::Load(format!("{url}: {e}")))?;
+    let status = response.status();
+    if status.is_redirection() {
+        return Err(KeyError::Load(format!(
+            "{url} answered {status} (a redirect); redirects are not followed for the JWKS, \
+             configure arena.jwks_url with the final address"
+        )));
+    }
+    if status != ureq::http::StatusCode::OK {
+        return Err(KeyError::Load(format!("{url} answered {status}")));
+    }
     response
         .body_mut()
         .with_config()

@@ -76,6 +76,19 @@ pub fn router(state: NodeState) -> Router {
     });
     let preload = arena.clone();
     tokio::spawn(async move { preload.keys.preload().await });
+    // The arena may rotate without ever sending a token with an unknown kid
+    // (a withdrawn key must stop verifying too): reload on a schedule as well.
+    let refresh = Arc::downgrade(&arena);
+    let every = Duration::from_secs(arena.node.config.arena.jwks_refresh_secs);
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let Some(arena) = refresh.upgrade() else { break };
+            arena.keys.refresh().await;
+        }
+    });
     let task_path = if base.is_empty() { "/" } else { base.as_str() };
     Router::new()
         .route(task_path, post(task).fallback(method_not_allowed))
@@ -299,6 +312,10 @@ async fn task(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ArenaError> {
     let started = Instant::now();
+    // A body the listener refused (too large, broken) is answered before any
+    // token work: checking a signature for a request that cannot be served
+    // would only give a flood of big bodies a CPU lever.
+    let raw = raw?;
     // Verify before parsing: the token is checked before the body is read as JSON.
     let token = bearer(&headers)?;
     let kid = jwt::token_kid(token)?;
@@ -309,9 +326,9 @@ async fn task(
         &key,
         &jwt::Policy {
             audience: &config.audience,
+            issuer: &config.issuer,
         },
     )?;
-    let raw = raw?;
     let task = parse_task(&headers, &raw)?;
     claims.check_binding(&config.agent_id, &task.match_id)?;
 
@@ -450,12 +467,12 @@ impl Events {
             "thinking" | "error" => Some(merge(&kind, data, "message")),
             "spawn_subagent" | "subagent_done" => {
                 let event = merge(&kind, data, "name");
-                if kind == "spawn_subagent" {
-                    if let Some(name) = event.get("name").and_then(Value::as_str) {
-                        if !self.subagents.iter().any(|n| n == name) && self.subagents.len() < 64 {
-                            self.subagents.push(name.chars().take(128).collect());
-                        }
-                    }
+                if kind == "spawn_subagent"
+                    && let Some(name) = event.get("name").and_then(Value::as_str)
+                    && !self.subagents.iter().any(|n| n == name)
+                    && self.subagents.len() < 64
+                {
+                    self.subagents.push(name.chars().take(128).collect());
                 }
                 Some(event)
             }
@@ -487,10 +504,10 @@ impl Events {
         let tool = data["tool_name"].clone();
         match data["status"].as_str()? {
             "started" => {
-                if let Some(name) = tool.as_str() {
-                    if !self.tools.iter().any(|t| t == name) {
-                        self.tools.push(name.to_string());
-                    }
+                if let Some(name) = tool.as_str()
+                    && !self.tools.iter().any(|t| t == name)
+                {
+                    self.tools.push(name.to_string());
                 }
                 if self.tool_started.len() < 1024 {
                     self.tool_started.insert(call_id.clone(), Instant::now());
