@@ -8,6 +8,7 @@ mod arena;
 mod envelopes;
 mod hai;
 mod host;
+mod hostile_runtime;
 mod scripting;
 mod scripting_tools;
 mod uagents;

@@ -110,6 +110,9 @@ impl host::Host for PluginState {
         if kind.is_empty() || kind.len() > 64 {
             return Err("event kind must be 1-64 bytes".into());
         }
+        if self.exchange.tool_depth > 0 {
+            return Err("a tool called by a plugin has no event channel of its own".into());
+        }
         if is_host_event_kind(&kind) {
             return Err(format!("event kind {kind:?} is reserved for the host"));
         }
