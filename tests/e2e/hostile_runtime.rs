@@ -526,3 +526,55 @@ fn history_is_read_in_bounded_pages() {
     assert_eq!(bad.status, 400, "{}", bad.body);
     assert_eq!(bad.json()["error_code"], "invalid_message");
 }
+
+#[test]
+fn a_plugin_taking_a_removed_plugins_name_does_not_inherit_its_data() {
+    let data = tempfile::tempdir().unwrap();
+    let plugins = data.path().join("plugins");
+    let start = || {
+        TestNode::builder()
+            .data_dir(data.path())
+            .plugin("fixture-hostile-assistant")
+            .start()
+    };
+    let session = session_id("kv");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ask = |node: &TestNode, content: &str| {
+        runtime.block_on(async {
+            let mut client = Hai::connect(node).await;
+            client.ask(&session, content).await.1
+        })
+    };
+    let node = start();
+    assert_eq!(ask(&node, "kv-set first-install"), "stored");
+    // The same install keeps its data across a restart.
+    assert!(node.stop().success());
+    let node = start();
+    assert_eq!(ask(&node, "kv-get"), "first-install");
+
+    // Removed while the node runs: a plugin installed later under the same name starts empty.
+    std::fs::remove_file(plugins.join("fixture-hostile-assistant.wasm")).unwrap();
+    node.wait_for_health("the plugin is withdrawn", |health| {
+        !support::has_plugin(health, "fixture-hostile-assistant")
+    });
+    support::install_plugin(&plugins, "fixture-hostile-assistant");
+    node.wait_for_health("the new install is loaded", |health| {
+        support::has_plugin(health, "fixture-hostile-assistant")
+    });
+    assert_eq!(ask(&node, "kv-get"), "(none)");
+    assert_eq!(ask(&node, "kv-set second-install"), "stored");
+
+    // Removed while the node is down, the name taken by a plugin at another file: empty too.
+    assert!(node.stop().success());
+    std::fs::remove_file(plugins.join("fixture-hostile-assistant.wasm")).unwrap();
+    support::install_bytes(
+        &plugins,
+        "another-file",
+        &std::fs::read(support::plugin_wasm("fixture-hostile-assistant")).unwrap(),
+    );
+    let node = TestNode::builder().data_dir(data.path()).start();
+    assert_eq!(ask(&node, "kv-get"), "(none)");
+}
