@@ -112,6 +112,14 @@ pub struct PluginsConfig {
     pub max_kv_value_bytes: usize,
     /// Bytes of a plugin's stdout/stderr copied to the log per call.
     pub max_stdio_bytes: usize,
+    /// Calls whose instance may be parked, waiting without a call slot for a
+    /// human's approval (or an outbound call), across the node; a tool call that
+    /// needs an approval beyond it fails. Held to half of `max_instances`, so
+    /// parked calls cannot take every pooled instance.
+    pub max_parked_calls: usize,
+    /// `host.log` lines, and bytes over all of them, one call may write; the rest is dropped and counted.
+    pub max_log_lines_per_call: u32,
+    pub max_log_bytes_per_call: usize,
     /// Plugin source crates `agora-node dev` rebuilds on save.
     pub sources_dir: PathBuf,
 }
@@ -160,6 +168,13 @@ pub struct OutboundConfig {
 pub struct StoreConfig {
     /// How often expired entries are swept.
     pub sweep_interval_secs: u64,
+    /// Serialized bytes one conversation's or session's history may hold; an
+    /// append beyond it is refused with the transport's "full" error.
+    pub max_history_bytes: u64,
+    /// One read of a history (a plugin's `history()`, a page of the HAI history
+    /// endpoint): at most this many entries and bytes.
+    pub history_page_entries: usize,
+    pub history_page_bytes: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -447,6 +462,13 @@ impl Config {
             "plugins.max_concurrent_calls",
             self.plugins.max_concurrent_calls as u64,
         )?;
+        positive("plugins.max_parked_calls", self.plugins.max_parked_calls as u64)?;
+        positive("store.max_history_bytes", self.store.max_history_bytes)?;
+        positive(
+            "store.history_page_entries",
+            self.store.history_page_entries as u64,
+        )?;
+        positive("store.history_page_bytes", self.store.history_page_bytes as u64)?;
         positive("http.max_body_bytes", self.http.max_body_bytes as u64)?;
         positive("http.header_timeout_ms", self.http.header_timeout_ms)?;
         positive("http.max_header_bytes", self.http.max_header_bytes as u64)?;

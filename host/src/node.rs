@@ -60,10 +60,12 @@ impl Node {
             NodeError::Runtime(format!("cannot create {}: {e}", config.plugins.dir.display()))
         })?;
         let store_dir = config.data_dir.join("state");
-        let store = Store::open(&store_dir).map_err(|source| NodeError::Store {
-            path: store_dir.display().to_string(),
-            source,
-        })?;
+        let store = Store::open(&store_dir)
+            .map_err(|source| NodeError::Store {
+                path: store_dir.display().to_string(),
+                source,
+            })?
+            .with_history_quota(config.store.max_history_bytes);
         let metrics = Metrics::new();
         let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;

@@ -10,6 +10,7 @@ mod hai;
 mod host;
 mod hostile_edge;
 mod hostile_hai;
+mod hostile_runtime;
 mod open_port;
 mod scripting;
 mod scripting_tools;

@@ -1,6 +1,11 @@
 //! What a plugin call is part of: where its events go, whose history it may
 //! read, and who approves its risky tool calls. Transports build one per
 //! request; the host functions in [`super::host_api`] consult it.
+//!
+//! A tool called from a plugin runs in its own exchange ([`Exchange::nested`]):
+//! no history, no event channel of its own (its `emit`s go nowhere), only the
+//! host's lifecycle events of the tools it calls in turn reach the caller's
+//! consumer, and the caller's approver still decides its risky calls.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +39,13 @@ pub enum ApprovalOutcome {
     TimedOut,
 }
 
+/// Event kinds only the host emits: tool lifecycle frames (HAI's `tool_call`,
+/// arena's `tool_response`) and the `hai.`/`host.` namespaces (approval
+/// requests). A plugin's `emit` of one is refused, so it cannot impersonate them.
+pub fn is_host_event_kind(kind: &str) -> bool {
+    matches!(kind, "tool_call" | "tool_response") || kind.starts_with("hai.") || kind.starts_with("host.")
+}
+
 /// Asks a human to approve a tool call (the HAI transport implements it).
 #[async_trait::async_trait]
 pub trait Approver: Send + Sync {
@@ -42,8 +54,11 @@ pub trait Approver: Send + Sync {
 
 #[derive(Clone, Default)]
 pub struct Exchange {
-    /// Where `emit` and the host's tool lifecycle events go; bounded.
+    /// Where the plugin's `emit`s go; bounded.
     pub events: Option<mpsc::Sender<PluginEvent>>,
+    /// Where the host's tool lifecycle events go (the same channel as `events`
+    /// for a transport's exchange; a nested tool keeps only this one).
+    pub lifecycle: Option<mpsc::Sender<PluginEvent>>,
     /// The store id whose history `history()` returns.
     pub history_id: Option<String>,
     pub approver: Option<Arc<dyn Approver>>,
@@ -58,6 +73,7 @@ impl Exchange {
     }
 
     pub fn with_events(mut self, events: mpsc::Sender<PluginEvent>) -> Exchange {
+        self.lifecycle = Some(events.clone());
         self.events = Some(events);
         self
     }
@@ -72,9 +88,22 @@ impl Exchange {
         self
     }
 
-    /// Send an event; a full buffer waits up to the emit timeout, then reports the drop.
+    /// Send a plugin's event; a full buffer waits up to the emit timeout, then reports the drop.
     pub async fn send(&self, event: PluginEvent) -> Result<(), String> {
-        let Some(events) = &self.events else {
+        self.deliver(self.events.as_ref(), event).await
+    }
+
+    /// Send one of the host's tool lifecycle events.
+    pub(crate) async fn send_lifecycle(&self, event: PluginEvent) -> Result<(), String> {
+        self.deliver(self.lifecycle.as_ref(), event).await
+    }
+
+    async fn deliver(
+        &self,
+        channel: Option<&mpsc::Sender<PluginEvent>>,
+        event: PluginEvent,
+    ) -> Result<(), String> {
+        let Some(events) = channel else {
             return Ok(());
         };
         let timeout = self.emit_timeout.unwrap_or(Duration::from_secs(5));
@@ -85,10 +114,15 @@ impl Exchange {
         }
     }
 
-    /// The exchange a nested tool call runs in.
+    /// The exchange a tool called from this one runs in: see the module docs.
     pub(crate) fn nested(&self) -> Exchange {
-        let mut nested = self.clone();
-        nested.tool_depth += 1;
-        nested
+        Exchange {
+            events: None,
+            lifecycle: self.lifecycle.clone(),
+            history_id: None,
+            approver: self.approver.clone(),
+            emit_timeout: self.emit_timeout,
+            tool_depth: self.tool_depth + 1,
+        }
     }
 }

@@ -1,15 +1,18 @@
 //! The host functions of the `agora:node/host` interface.
 //!
 //! Each is a policy the host enforces rather than trusts a plugin with: the
-//! key-value store is namespaced and bounded, events are counted and sized,
-//! tools run through [`Runtime::run_tool`] (which demands approval by risk),
-//! and outbound calls reach only hosts allowed in config.
+//! key-value store is namespaced and bounded (and absent while a manifest is
+//! read), events are counted and sized and may not use the host's own kinds,
+//! logging is bounded per call, history is read one bounded page at a time,
+//! tools run through [`Runtime::run_tool`] (which demands approval by risk and
+//! parks the caller), and outbound calls reach only hosts allowed in config
+//! (the caller parked while they run, when a parking place is free).
 
 use serde_json::Value;
 
 use super::bindings::agora::node::host::{self, Level, OutboundRequest};
 use super::bindings::agora::node::types;
-use super::exchange::PluginEvent;
+use super::exchange::{PluginEvent, is_host_event_kind};
 use super::instance::PluginState;
 use crate::store::{Collection, now_ms, plugin_key};
 
@@ -17,8 +20,19 @@ impl types::Host for PluginState {}
 
 impl host::Host for PluginState {
     async fn log(&mut self, level: Level, message: String) {
-        let plugin = &*self.plugin_name;
+        let limits = &self.runtime.config;
         let message = truncate(&message, 4096);
+        let budget = &mut self.log;
+        if budget.lines >= limits.max_log_lines_per_call
+            || budget.bytes.saturating_add(message.len()) > limits.max_log_bytes_per_call
+        {
+            // Counted, and reported once when the call ends (`drain_stdio`).
+            budget.dropped = budget.dropped.saturating_add(1);
+            return;
+        }
+        budget.lines += 1;
+        budget.bytes += message.len();
+        let plugin = &*self.plugin_name;
         match level {
             Level::Trace => tracing::trace!(target: "plugin", plugin, "{message}"),
             Level::Debug => tracing::debug!(target: "plugin", plugin, "{message}"),
@@ -32,7 +46,7 @@ impl host::Host for PluginState {
         if key.len() > self.runtime.config.max_kv_key_bytes {
             return None;
         }
-        let full = plugin_key(&self.plugin_name, &key);
+        let full = plugin_key(self.kv_namespace.as_deref()?, &key);
         self.runtime
             .store
             .get::<Vec<u8>>(Collection::PluginKv, &full)
@@ -51,7 +65,7 @@ impl host::Host for PluginState {
                 limits.max_kv_value_bytes
             ));
         }
-        let full = plugin_key(&self.plugin_name, &key);
+        let full = plugin_key(self.kv_namespace()?, &key);
         self.runtime
             .store
             .put(Collection::PluginKv, &full, &value, None)
@@ -60,7 +74,7 @@ impl host::Host for PluginState {
     }
 
     async fn kv_delete(&mut self, key: String) -> Result<(), String> {
-        let full = plugin_key(&self.plugin_name, &key);
+        let full = plugin_key(self.kv_namespace()?, &key);
         self.runtime
             .store
             .remove(Collection::PluginKv, &full)
@@ -69,8 +83,11 @@ impl host::Host for PluginState {
     }
 
     async fn kv_keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
-        let namespace = plugin_key(&self.plugin_name, "");
-        let full = plugin_key(&self.plugin_name, &prefix);
+        let Some(name) = self.kv_namespace.as_deref() else {
+            return Vec::new();
+        };
+        let namespace = plugin_key(name, "");
+        let full = plugin_key(name, &prefix);
         let limit = (limit as usize).min(1000);
         self.runtime
             .store
@@ -93,6 +110,12 @@ impl host::Host for PluginState {
         if kind.is_empty() || kind.len() > 64 {
             return Err("event kind must be 1-64 bytes".into());
         }
+        if self.exchange.tool_depth > 0 {
+            return Err("a tool called by a plugin has no event channel of its own".into());
+        }
+        if is_host_event_kind(&kind) {
+            return Err(format!("event kind {kind:?} is reserved for the host"));
+        }
         if data.len() > limits.max_event_bytes {
             return Err(format!("events are limited to {} bytes", limits.max_event_bytes));
         }
@@ -108,16 +131,27 @@ impl host::Host for PluginState {
             inner: self.runtime.clone(),
         };
         runtime
-            .run_tool(&name, arguments, &self.exchange.nested())
+            .run_tool(&name, arguments, &self.exchange, &mut self.slot)
             .await
             .map_err(|e| e.to_string())
     }
 
+    /// The most recent entries within `store.history_page_entries` and
+    /// `store.history_page_bytes`, oldest first: never a whole history, which
+    /// a long conversation of large rounds would make hundreds of MB.
     async fn history(&mut self) -> String {
         let Some(id) = &self.exchange.history_id else {
             return "[]".into();
         };
-        let entries: Vec<Value> = self.runtime.store.history(id).unwrap_or_default();
+        let bounds = &self.runtime.node_config.store;
+        let entries: Vec<Value> = self
+            .runtime
+            .store
+            .history_tail(id, bounds.history_page_entries, bounds.history_page_bytes)
+            .unwrap_or_else(|error| {
+                tracing::warn!(plugin = &*self.plugin_name, %error, "reading history failed");
+                Vec::new()
+            });
         Value::Array(entries).to_string()
     }
 
@@ -125,10 +159,25 @@ impl host::Host for PluginState {
         let body: Value =
             serde_json::from_str(&request.body).map_err(|e| format!("outbound body is not JSON: {e}"))?;
         let transport = crate::runtime::TransportKind::from(request.transport);
-        crate::transports::outbound::call(&self.runtime.node_config, transport, &request.url, body)
+        let runtime = super::Runtime {
+            inner: self.runtime.clone(),
+        };
+        let place = runtime.park_place();
+        let call =
+            crate::transports::outbound::call(&self.runtime.node_config, transport, &request.url, body);
+        runtime
+            .while_parked(&mut self.slot, place, call)
             .await
             .map(|reply| reply.to_string())
             .map_err(|e| e.to_string())
+    }
+}
+
+impl PluginState {
+    fn kv_namespace(&self) -> Result<&str, String> {
+        self.kv_namespace
+            .as_deref()
+            .ok_or_else(|| "the key-value store is not available while the manifest is read".into())
     }
 }
 

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -17,12 +18,35 @@ use super::exchange::Exchange;
 use super::stdio::CappedOutput;
 use super::{InvokeError, RuntimeInner};
 
+/// The node-wide call slot a call runs under; given up while the call is
+/// parked (see [`super::Runtime::while_parked`]).
+#[derive(Default)]
+pub(crate) struct CallSlot {
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    /// The call was parked and no slot came free again in time: it ends as
+    /// overloaded at its next epoch tick instead of running without one.
+    pub(crate) lost: bool,
+}
+
+/// What `host.log` has written in the current call.
+#[derive(Default)]
+pub(crate) struct LogBudget {
+    pub(crate) lines: u32,
+    pub(crate) bytes: usize,
+    pub(crate) dropped: u32,
+}
+
 /// Store data of one call.
 pub struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: CallLimiter,
     pub(crate) plugin_name: Arc<str>,
+    /// The plugin's key-value namespace (its install's identity); `None` while
+    /// its manifest is read, when it has no key-value store at all.
+    pub(crate) kv_namespace: Option<Arc<str>>,
+    pub(crate) slot: CallSlot,
+    pub(crate) log: LogBudget,
     pub(crate) runtime: Arc<RuntimeInner>,
     pub(crate) exchange: Exchange,
     pub(crate) events_emitted: u32,
@@ -86,6 +110,7 @@ impl ResourceLimiter for CallLimiter {
 pub(crate) fn new_store(
     runtime: &Arc<RuntimeInner>,
     plugin_name: Arc<str>,
+    kv_namespace: Option<Arc<str>>,
     exchange: Exchange,
 ) -> Store<PluginState> {
     let config = &runtime.config;
@@ -109,6 +134,9 @@ pub(crate) fn new_store(
             memory_refused: false,
         },
         plugin_name,
+        kv_namespace,
+        slot: CallSlot::default(),
+        log: LogBudget::default(),
         runtime: runtime.clone(),
         exchange,
         events_emitted: 0,
@@ -126,6 +154,11 @@ pub(crate) fn new_store(
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |mut context| {
         let state = context.data_mut();
+        if state.slot.lost {
+            return Err(wasmtime::Error::msg(
+                "no call slot came free after the call was parked",
+            ));
+        }
         state.ticks_used += 1;
         if state.ticks_used > budget_ticks {
             state.timed_out = true;
@@ -142,6 +175,8 @@ pub(crate) fn begin_call(store: &mut Store<PluginState>, exchange: Exchange) {
     let state = store.data_mut();
     state.exchange = exchange;
     state.events_emitted = 0;
+    state.log = LogBudget::default();
+    state.slot = CallSlot::default();
     state.ticks_used = 0;
     state.timed_out = false;
     state.limiter.memory_refused = false;
@@ -151,13 +186,17 @@ pub(crate) fn begin_call(store: &mut Store<PluginState>, exchange: Exchange) {
 /// Release what a finished call held: an idle warm store must not keep the
 /// request's event channel open, nor its approver or history.
 pub(crate) fn end_call(store: &mut Store<PluginState>) {
-    store.data_mut().exchange = Exchange::new();
+    let state = store.data_mut();
+    state.exchange = Exchange::new();
+    state.slot = CallSlot::default();
 }
 
 /// Turn how a call ended into the node's error, and copy the plugin's stdio to the log.
 pub(crate) fn classify(store: &mut Store<PluginState>, error: wasmtime::Error) -> InvokeError {
     let state = store.data();
-    if state.timed_out {
+    if state.slot.lost {
+        InvokeError::Overloaded
+    } else if state.timed_out {
         InvokeError::Timeout
     } else if state.limiter.memory_refused {
         InvokeError::MemoryExceeded
@@ -170,6 +209,9 @@ pub(crate) fn classify(store: &mut Store<PluginState>, error: wasmtime::Error) -
 
 pub(crate) fn drain_stdio(store: &Store<PluginState>) {
     let state = store.data();
+    if state.log.dropped > 0 {
+        tracing::warn!(target: "plugin", plugin = &*state.plugin_name, dropped = state.log.dropped, "host.log lines over this call's limit were dropped");
+    }
     for (stream, output) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
         let (text, dropped) = output.take();
         if !text.is_empty() {

@@ -8,6 +8,22 @@
 //! bound, traps or returns too much fails only its own call. A plugin whose
 //! manifest asks for `warm` instances is served from a bounded pool of reused
 //! instances instead ([`warm`] documents what that may leak).
+//!
+//! A call runs under one of `plugins.max_concurrent_calls` node-wide slots, but
+//! gives it up while it waits on the host for something slow and external — a
+//! human's approval of a tool, the tool itself, an outbound call — so people
+//! who never answer cannot starve every transport. Such a call is *parked*:
+//! its instance stays alive, so at most `plugins.max_parked_calls` may be
+//! parked at once; a tool needing an approval beyond that fails at once, and
+//! other waits keep their slot instead ([`Runtime::while_parked`]).
+//!
+//! Plugin files are read only when they are regular files (a symlink to one is
+//! followed), through a non-blocking open and a bounded read: a FIFO or a
+//! symlink to a device in the plugins folder is refused with an error in
+//! `/health`, never read. A plugin's key-value data belongs to its install —
+//! its name at its file: removing the file (while the node runs, or before it
+//! starts) deletes the data, so another plugin taking the name later starts
+//! empty; replacing the file (a new version) keeps it.
 
 mod bindings;
 mod engine;
@@ -21,13 +37,15 @@ mod warm;
 pub mod watcher;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use serde::Serialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -39,7 +57,7 @@ pub use registry::Registry;
 
 use crate::config::{Config, PluginsConfig, ToolsConfig};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Collection, Store, plugin_key};
 
 /// The wire protocol a message arrived on (mirrors `types.transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -172,6 +190,10 @@ pub enum ToolError {
     Rejected { tool: String, feedback: Option<String> },
     #[error("approval of tool {0} timed out")]
     ApprovalTimedOut(String),
+    #[error(
+        "tool {tool} needs a human's approval and {limit} calls already wait on the node; try again later"
+    )]
+    TooManyWaiting { tool: String, limit: usize },
     #[error("tool {tool} failed: {message}")]
     Failed { tool: String, message: String },
 }
@@ -182,6 +204,8 @@ pub enum LoadError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path} is {size} bytes, over the {limit}-byte limit")]
     TooLarge { path: PathBuf, size: u64, limit: u64 },
+    #[error("{path} is not a regular file (a FIFO, device, socket or folder); only regular files are loaded")]
+    NotAFile { path: PathBuf },
     #[error("{path} is not a valid plugin component: {message}")]
     Compile { path: PathBuf, message: String },
     #[error("{path}: invalid manifest: {message}")]
@@ -228,7 +252,11 @@ pub struct RuntimeInner {
     pub(crate) node_config: Arc<Config>,
     pub(crate) store: Store,
     metrics: Metrics,
-    call_slots: Semaphore,
+    call_slots: Arc<Semaphore>,
+    /// Places for parked calls: `plugins.max_parked_calls`, at most half of
+    /// `plugins.max_instances` (the rest stay for calls that run).
+    parked: Arc<Semaphore>,
+    max_parked: usize,
     _ticker: engine::EpochTicker,
 }
 
@@ -254,6 +282,10 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let ticker = engine::EpochTicker::start(&engine);
+        let max_parked = config
+            .plugins
+            .max_parked_calls
+            .min(config.plugins.max_instances as usize / 2);
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 linker,
@@ -261,7 +293,9 @@ impl Runtime {
                 load_errors: RwLock::new(BTreeMap::new()),
                 config: config.plugins.clone(),
                 tools: config.tools.clone(),
-                call_slots: Semaphore::new(config.plugins.max_concurrent_calls),
+                call_slots: Arc::new(Semaphore::new(config.plugins.max_concurrent_calls)),
+                parked: Arc::new(Semaphore::new(max_parked)),
+                max_parked,
                 node_config: config,
                 store,
                 metrics,
@@ -323,7 +357,9 @@ impl Runtime {
             Ok(entries) => entries
                 .filter_map(|e| e.ok())
                 .map(|e| e.path())
-                .filter(|p| is_plugin_file(p))
+                // Not only regular files: anything else named .wasm is refused
+                // by `load` with an error /health shows, rather than ignored.
+                .filter(|p| has_plugin_extension(p))
                 .collect(),
             Err(error) => {
                 tracing::warn!(dir = %dir.display(), %error, "cannot read the plugins folder");
@@ -331,15 +367,18 @@ impl Runtime {
             }
         };
         files.sort();
-        for file in files {
-            self.reload(&file).await;
+        for file in &files {
+            self.reload(file).await;
         }
+        self.end_vanished_installs();
     }
 
     /// Bring the plugin at `file` in line with the disk: load a new or changed
     /// file, withdraw a deleted one. Failures leave the previous version serving.
     pub async fn reload(&self, file: &Path) {
-        if !file.exists() {
+        // `symlink_metadata`: a dangling symlink is a file that is there (and
+        // fails to load), not a removal that would end the install.
+        if std::fs::symlink_metadata(file).is_err() {
             self.unload(file);
             return;
         }
@@ -380,37 +419,105 @@ impl Runtime {
     }
 
     fn unload(&self, file: &Path) {
-        let mut registry = self.inner.registry.write();
-        if let Some(plugin) = registry.by_file(file) {
-            tracing::info!(plugin = %plugin.manifest.name, file = %file.display(), "plugin removed; its routes are withdrawn");
+        let removed = {
+            let mut registry = self.inner.registry.write();
+            let removed = registry.by_file(file).map(|plugin| plugin.manifest.name.clone());
+            *registry = Arc::new(registry.without(file));
+            removed
+        };
+        if let Some(name) = &removed {
+            tracing::info!(plugin = %name, file = %file.display(), "plugin removed; its routes are withdrawn and its data deleted");
+            self.end_install(name, file);
         }
-        *registry = Arc::new(registry.without(file));
         self.inner.load_errors.write().remove(file);
+    }
+
+    /// Record that the plugin `name` is installed at `file`; an install of the
+    /// name at another file has ended (its file is gone, else the registry would
+    /// have refused the name twice), so its key-value data goes.
+    fn begin_install(&self, name: &str, file: &Path) {
+        let store = &self.inner.store;
+        let key = install_key(name);
+        let here = file.to_string_lossy();
+        match store.get::<String>(Collection::Meta, &key) {
+            Ok(Some(recorded)) if recorded == here => return,
+            Ok(Some(recorded)) => {
+                tracing::info!(plugin = name, previous = %recorded, file = %file.display(), "a new install of this plugin name; the previous install's data is deleted");
+                self.delete_kv(name);
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(plugin = name, %error, "cannot read the plugin's install record"),
+        }
+        if let Err(error) = store.put(Collection::Meta, &key, &here.as_ref(), None) {
+            tracing::warn!(plugin = name, %error, "cannot record the plugin's install");
+        }
+    }
+
+    /// The plugin `name` at `file` was removed: its install, and its data, end.
+    fn end_install(&self, name: &str, file: &Path) {
+        let store = &self.inner.store;
+        let key = install_key(name);
+        match store.get::<String>(Collection::Meta, &key) {
+            Ok(Some(recorded)) if recorded == file.to_string_lossy() => {
+                self.delete_kv(name);
+                if let Err(error) = store.remove(Collection::Meta, &key) {
+                    tracing::warn!(plugin = name, %error, "cannot remove the plugin's install record");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// At start-up: installs whose file went away while the node was down end too.
+    fn end_vanished_installs(&self) {
+        let store = &self.inner.store;
+        let keys = match store.keys(Collection::Meta, INSTALL_PREFIX.as_bytes(), usize::MAX) {
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list plugin installs");
+                return;
+            }
+        };
+        for key in keys {
+            let name = String::from_utf8_lossy(&key[INSTALL_PREFIX.len()..]).into_owned();
+            if let Ok(Some(file)) = store.get::<String>(Collection::Meta, &key)
+                && std::fs::symlink_metadata(&file).is_err()
+            {
+                tracing::info!(plugin = %name, file = %file, "plugin file gone since the last run; its data is deleted");
+                self.end_install(&name, Path::new(&file));
+            }
+        }
+    }
+
+    fn delete_kv(&self, name: &str) {
+        let store = &self.inner.store;
+        let namespace = plugin_key(name, "");
+        let result = store
+            .keys(Collection::PluginKv, &namespace, usize::MAX)
+            .and_then(|keys| {
+                keys.iter()
+                    .try_for_each(|key| store.remove(Collection::PluginKv, key).map(|_| ()))
+            });
+        if let Err(error) = result {
+            tracing::warn!(plugin = name, %error, "cannot delete the plugin's key-value data");
+        }
     }
 
     /// Compile, validate and swap in one plugin. `Ok(None)`: unchanged, nothing to do.
     async fn load(&self, file: &Path) -> Result<Option<Arc<LoadedPlugin>>, LoadError> {
         let limit = self.inner.config.max_file_mb << 20;
-        let metadata = std::fs::metadata(file).map_err(|source| LoadError::Read {
-            path: file.into(),
-            source,
-        })?;
-        if metadata.len() > limit {
-            return Err(LoadError::TooLarge {
+        let path = file.to_path_buf();
+        let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&path, limit))
+            .await
+            .map_err(|error| LoadError::Read {
                 path: file.into(),
-                size: metadata.len(),
-                limit,
-            });
-        }
-        let bytes = tokio::fs::read(file).await.map_err(|source| LoadError::Read {
-            path: file.into(),
-            source,
-        })?;
+                source: std::io::Error::other(error.to_string()),
+            })??;
         let content_hash = crate::crypto::sha256_hex(&bytes);
-        if let Some(current) = self.registry().by_file(file) {
-            if current.content_hash == content_hash {
-                return Ok(None);
-            }
+        if let Some(current) = self.registry().by_file(file)
+            && current.content_hash == content_hash
+        {
+            return Ok(None);
         }
         let inner = self.inner.clone();
         let compile_error = |message: String| LoadError::Compile {
@@ -462,6 +569,7 @@ impl Runtime {
             let next = registry.with(plugin.clone()).map_err(LoadError::Conflict)?;
             *registry = Arc::new(next);
         }
+        self.begin_install(&plugin.manifest.name, file);
         self.inner.load_errors.write().remove(file);
         Ok(Some(plugin))
     }
@@ -470,7 +578,9 @@ impl Runtime {
         &self,
         pre: &PluginPre<instance::PluginState>,
     ) -> Result<bindings::Manifest, String> {
-        let mut store = instance::new_store(&self.inner, Arc::from("(loading)"), Exchange::new());
+        // No key-value namespace: a manifest is read before the plugin is
+        // known, and must not reach any plugin's data (nor share one).
+        let mut store = instance::new_store(&self.inner, Arc::from("(loading)"), None, Exchange::new());
         let result = async {
             let plugin = pre.instantiate_async(&mut store).await?;
             plugin.call_manifest(&mut store).await
@@ -517,7 +627,7 @@ impl Runtime {
             conversation: call.conversation,
             body: call.body,
         };
-        let (mut call_instance, _slot) = self.call_instance(plugin, exchange).await?;
+        let mut call_instance = self.call_instance(plugin, exchange).await?;
         let (store, instance) = call_instance.parts();
         let outcome = instance.call_handle(&mut *store, &message).await;
         instance::drain_stdio(store);
@@ -542,23 +652,30 @@ impl Runtime {
         &self,
         plugin: &Arc<LoadedPlugin>,
         exchange: Exchange,
-    ) -> Result<(CallInstance, tokio::sync::SemaphorePermit<'_>), InvokeError> {
+    ) -> Result<CallInstance, InvokeError> {
         let name = plugin.manifest.name.as_str();
-        if let Some(pool) = &plugin.warm {
+        let call_instance = if let Some(pool) = &plugin.warm {
             let queue_timeout = Duration::from_millis(self.inner.config.queue_timeout_ms);
             let place = pool.reserve(queue_timeout).await?;
             let slot = self.call_slot().await?;
             let lease = pool
                 .check_out(place, &self.inner, &plugin.pre, name, exchange)
                 .await?;
-            return Ok((CallInstance::Warm(lease), slot));
-        }
-        let slot = self.call_slot().await?;
-        let mut store = instance::new_store(&self.inner, Arc::from(name), exchange);
-        match plugin.pre.instantiate_async(&mut store).await {
-            Ok(instance) => Ok((CallInstance::Fresh(store, instance), slot)),
-            Err(error) => Err(instance::classify(&mut store, error)),
-        }
+            let mut call_instance = CallInstance::Warm(lease);
+            // The slot lives in the store: a parked call gives it up and takes one again there.
+            call_instance.parts().0.data_mut().slot.permit = Some(slot);
+            call_instance
+        } else {
+            let slot = self.call_slot().await?;
+            let mut store =
+                instance::new_store(&self.inner, Arc::from(name), Some(Arc::from(name)), exchange);
+            store.data_mut().slot.permit = Some(slot);
+            match plugin.pre.instantiate_async(&mut store).await {
+                Ok(instance) => CallInstance::Fresh(store, instance),
+                Err(error) => return Err(instance::classify(&mut store, error)),
+            }
+        };
+        Ok(call_instance)
     }
 
     /// After a call: a warm instance whose call ended cleanly goes back to its
@@ -580,23 +697,59 @@ impl Runtime {
         Ok(reply)
     }
 
-    async fn call_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, InvokeError> {
+    async fn call_slot(&self) -> Result<OwnedSemaphorePermit, InvokeError> {
         let wait = Duration::from_millis(self.inner.config.queue_timeout_ms);
-        match tokio::time::timeout(wait, self.inner.call_slots.acquire()).await {
+        match tokio::time::timeout(wait, self.inner.call_slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             _ => Err(InvokeError::Overloaded),
         }
     }
 
-    /// Run a tool through the host: lifecycle events, approval by risk, then the
-    /// tool plugin's `run-tool` (in a fresh instance, or a warm one if its manifest asks).
-    pub async fn run_tool(
+    /// A place to park a call in, if one of `plugins.max_parked_calls` is free.
+    pub(crate) fn park_place(&self) -> Option<OwnedSemaphorePermit> {
+        self.inner.parked.clone().try_acquire_owned().ok()
+    }
+
+    /// Await `wait` (a host wait on something external) parked in `place`:
+    /// without the caller's call slot, which is taken again afterwards. With no
+    /// place, the caller waits holding its slot, as before parking existed. A
+    /// call that finds no slot again within `queue_timeout_ms` is marked lost
+    /// and ends as overloaded (see [`instance::CallSlot`]).
+    pub(crate) async fn while_parked<F: Future>(
+        &self,
+        slot: &mut instance::CallSlot,
+        place: Option<OwnedSemaphorePermit>,
+        wait: F,
+    ) -> F::Output {
+        let Some(place) = place else {
+            return wait.await;
+        };
+        let held = slot.permit.take().is_some();
+        let output = wait.await;
+        if held {
+            match self.call_slot().await {
+                Ok(permit) => slot.permit = Some(permit),
+                Err(_) => slot.lost = true,
+            }
+        }
+        drop(place);
+        output
+    }
+
+    /// Run a tool for a plugin call: lifecycle events, approval by risk, then
+    /// the tool plugin's `run-tool` (in a fresh instance, or a warm one if its
+    /// manifest asks) in an exchange of its own ([`Exchange::nested`]).
+    ///
+    /// The caller is parked meanwhile (its `slot` given up) when a parking place
+    /// is free; a tool that needs an approval and finds none fails at once.
+    pub(crate) async fn run_tool(
         &self,
         name: &str,
         arguments: serde_json::Value,
-        exchange: &Exchange,
+        caller: &Exchange,
+        slot: &mut instance::CallSlot,
     ) -> Result<String, ToolError> {
-        if exchange.tool_depth > self.inner.config.max_tool_depth {
+        if caller.tool_depth >= self.inner.config.max_tool_depth {
             return Err(ToolError::TooDeep(self.inner.config.max_tool_depth));
         }
         let registry = self.registry();
@@ -606,84 +759,77 @@ impl Runtime {
         let Some(spec) = plugin.manifest.tools.iter().find(|t| t.name == name).cloned() else {
             return Err(ToolError::Unknown(name.to_string()));
         };
-        let call_id = uuid::Uuid::new_v4().to_string();
-        let lifecycle = |status: &str, extra: serde_json::Value| {
-            let mut data = serde_json::json!({
-                "call_id": call_id, "tool_name": name, "status": status, "risk": spec.risk,
-            });
-            if let (Some(data), Some(extra)) = (data.as_object_mut(), extra.as_object()) {
-                data.extend(extra.clone());
-            }
-            PluginEvent {
-                kind: "tool_call".into(),
-                data,
-            }
+        let lifecycle = Lifecycle {
+            call_id: uuid::Uuid::new_v4().to_string(),
+            name,
+            risk: spec.risk,
+            exchange: caller,
         };
         let threshold = Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High);
-        if spec.risk >= threshold {
-            let Some(approver) = exchange.approver.clone() else {
-                let _ = exchange
-                    .send(lifecycle("failed", serde_json::json!({"error": "no approver"})))
-                    .await;
+        let approver = if spec.risk >= threshold {
+            let Some(approver) = caller.approver.clone() else {
+                lifecycle.failed("no approver").await;
                 return Err(ToolError::NoApprover(name.to_string()));
             };
-            let request = ApprovalRequest {
-                call_id: call_id.clone(),
-                tool_name: name.to_string(),
-                arguments: arguments.clone(),
-                risk: spec.risk,
-                description: spec.description.clone(),
-            };
-            let timeout = Duration::from_millis(self.inner.tools.approval_timeout_ms);
-            let outcome = tokio::time::timeout(timeout, approver.approve(request))
-                .await
-                .unwrap_or(ApprovalOutcome::TimedOut);
-            match outcome {
-                ApprovalOutcome::Approved => {}
-                ApprovalOutcome::Rejected { feedback } => {
-                    let _ = exchange
-                        .send(lifecycle("failed", serde_json::json!({"error": "rejected"})))
-                        .await;
-                    return Err(ToolError::Rejected {
-                        tool: name.to_string(),
-                        feedback,
-                    });
-                }
-                ApprovalOutcome::TimedOut => {
-                    let _ = exchange
-                        .send(lifecycle(
-                            "failed",
-                            serde_json::json!({"error": "approval timed out"}),
-                        ))
-                        .await;
-                    return Err(ToolError::ApprovalTimedOut(name.to_string()));
-                }
-            }
+            Some(approver)
+        } else {
+            None
+        };
+        let place = self.park_place();
+        if approver.is_some() && place.is_none() {
+            lifecycle.failed("too many calls wait for an approval").await;
+            return Err(ToolError::TooManyWaiting {
+                tool: name.to_string(),
+                limit: self.inner.max_parked,
+            });
         }
-        let _ = exchange
-            .send(lifecycle("started", serde_json::json!({"arguments": arguments})))
-            .await;
-        let result = self
-            .run_tool_instance(&plugin, name, &arguments, exchange.clone())
-            .await;
-        match &result {
-            Ok(output) => {
-                let parsed: serde_json::Value = serde_json::from_str(output)
-                    .unwrap_or_else(|_| serde_json::Value::String(output.clone()));
-                let _ = exchange
-                    .send(lifecycle("completed", serde_json::json!({"result": parsed})))
-                    .await;
+        let work = async {
+            if let Some(approver) = approver {
+                let request = ApprovalRequest {
+                    call_id: lifecycle.call_id.clone(),
+                    tool_name: name.to_string(),
+                    arguments: arguments.clone(),
+                    risk: spec.risk,
+                    description: spec.description.clone(),
+                };
+                let timeout = Duration::from_millis(self.inner.tools.approval_timeout_ms);
+                let outcome = tokio::time::timeout(timeout, approver.approve(request))
+                    .await
+                    .unwrap_or(ApprovalOutcome::TimedOut);
+                match outcome {
+                    ApprovalOutcome::Approved => {}
+                    ApprovalOutcome::Rejected { feedback } => {
+                        lifecycle.failed("rejected").await;
+                        return Err(ToolError::Rejected {
+                            tool: name.to_string(),
+                            feedback,
+                        });
+                    }
+                    ApprovalOutcome::TimedOut => {
+                        lifecycle.failed("approval timed out").await;
+                        return Err(ToolError::ApprovalTimedOut(name.to_string()));
+                    }
+                }
             }
-            Err(error) => {
-                let _ = exchange
-                    .send(lifecycle(
-                        "failed",
-                        serde_json::json!({"error": error.to_string()}),
-                    ))
-                    .await;
+            lifecycle
+                .send("started", serde_json::json!({"arguments": arguments}))
+                .await;
+            let result = self
+                .run_tool_instance(&plugin, name, &arguments, caller.nested())
+                .await;
+            match &result {
+                Ok(output) => {
+                    let parsed: serde_json::Value = serde_json::from_str(output)
+                        .unwrap_or_else(|_| serde_json::Value::String(output.clone()));
+                    lifecycle
+                        .send("completed", serde_json::json!({"result": parsed}))
+                        .await;
+                }
+                Err(error) => lifecycle.failed(&error.to_string()).await,
             }
-        }
-        result
+            result
+        };
+        self.while_parked(slot, place, work).await
     }
 
     async fn run_tool_instance(
@@ -725,7 +871,7 @@ impl Runtime {
         arguments: &serde_json::Value,
         exchange: Exchange,
     ) -> Result<Result<String, String>, InvokeError> {
-        let (mut call_instance, _slot) = self.call_instance(plugin, exchange).await?;
+        let mut call_instance = self.call_instance(plugin, exchange).await?;
         let (store, instance) = call_instance.parts();
         let outcome = instance
             .call_run_tool(&mut *store, name, &arguments.to_string())
@@ -744,6 +890,81 @@ impl Runtime {
     }
 }
 
-pub fn is_plugin_file(path: &Path) -> bool {
-    path.extension().is_some_and(|ext| ext == "wasm") && path.is_file()
+/// The host's lifecycle events of one tool call, sent to the caller's exchange.
+struct Lifecycle<'a> {
+    call_id: String,
+    name: &'a str,
+    risk: Risk,
+    exchange: &'a Exchange,
+}
+
+impl Lifecycle<'_> {
+    async fn send(&self, status: &str, extra: serde_json::Value) {
+        let mut data = serde_json::json!({
+            "call_id": self.call_id, "tool_name": self.name, "status": status, "risk": self.risk,
+        });
+        if let (Some(data), serde_json::Value::Object(extra)) = (data.as_object_mut(), extra) {
+            data.extend(extra);
+        }
+        let event = PluginEvent {
+            kind: "tool_call".into(),
+            data,
+        };
+        // A consumer that has gone or stalls does not change the tool's outcome.
+        let _ = self.exchange.send_lifecycle(event).await;
+    }
+
+    async fn failed(&self, error: &str) {
+        self.send("failed", serde_json::json!({"error": error})).await;
+    }
+}
+
+/// Key of the install record of plugin `name` in [`Collection::Meta`]: its file.
+const INSTALL_PREFIX: &str = "plugin-install:";
+
+fn install_key(name: &str) -> Vec<u8> {
+    format!("{INSTALL_PREFIX}{name}").into_bytes()
+}
+
+fn has_plugin_extension(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "wasm")
+}
+
+/// Read a plugin file: a regular file only (a symlink to one is followed), at
+/// most `limit` bytes. The open does not block (a FIFO would, until a writer
+/// came), and the type is checked on the opened file, so a swap between check
+/// and read cannot slip a device or FIFO through.
+fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_error = |source| LoadError::Read {
+        path: path.into(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if !metadata.is_file() {
+        return Err(LoadError::NotAFile { path: path.into() });
+    }
+    if metadata.len() > limit {
+        return Err(LoadError::TooLarge {
+            path: path.into(),
+            size: metadata.len(),
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    // One byte past the limit tells a file that grew since the check.
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    if bytes.len() as u64 > limit {
+        return Err(LoadError::TooLarge {
+            path: path.into(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
 }

@@ -117,7 +117,12 @@ impl WarmPool {
         let mut instance = match reused {
             Some(instance) => instance,
             None => {
-                let mut store = instance::new_store(runtime, Arc::from(plugin_name), Exchange::new());
+                let mut store = instance::new_store(
+                    runtime,
+                    Arc::from(plugin_name),
+                    Some(Arc::from(plugin_name)),
+                    Exchange::new(),
+                );
                 match pre.instantiate_async(&mut store).await {
                     Ok(plugin) => WarmInstance {
                         store,

@@ -218,7 +218,7 @@ impl HaiError {
     /// The same refusal for the HTTP side (the upgrade and the history endpoint).
     pub fn to_http(&self) -> Response {
         let status = match self {
-            HaiError::InvalidSession(_) => StatusCode::BAD_REQUEST,
+            HaiError::InvalidSession(_) | HaiError::InvalidMessage(_) => StatusCode::BAD_REQUEST,
             HaiError::Unauthorized => StatusCode::UNAUTHORIZED,
             HaiError::OriginRefused(_) | HaiError::SessionSecret => StatusCode::FORBIDDEN,
             HaiError::TooManySessions { .. } | HaiError::RateLimited { .. } | HaiError::Busy => {
@@ -352,7 +352,14 @@ impl Shared {
         }
     }
 
-    fn session_history(&self, session_id: &str) -> Result<Vec<Value>, HaiError> {
+    /// One page of the session's history (`store.history_page_*` bounds it;
+    /// `limit` may only lower the entry bound).
+    fn session_history(
+        &self,
+        session_id: &str,
+        after: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<crate::store::HistoryPage<Value>, HaiError> {
         let key = history_id(session_id);
         if self
             .node
@@ -360,9 +367,19 @@ impl Shared {
             .get::<Value>(Collection::Sessions, key.as_bytes())?
             .is_none()
         {
-            return Ok(Vec::new());
+            return Ok(crate::store::HistoryPage {
+                entries: Vec::new(),
+                next_after: None,
+            });
         }
-        Ok(self.node.store.history(&key)?)
+        let bounds = &self.node.config.store;
+        let limit = limit.map_or(bounds.history_page_entries, |l| {
+            l.min(bounds.history_page_entries)
+        });
+        Ok(self
+            .node
+            .store
+            .history_page(&key, after, limit, bounds.history_page_bytes)?)
     }
 
     /// The moderation hook: refuse a message naming a blocked word or phrase
@@ -418,19 +435,35 @@ fn static_file(content_type: &'static str, body: String) -> Response {
         .into_response()
 }
 
-/// `GET {path}/sessions/{id}/history`: the session's messages, tool results and
-/// approvals, oldest first, so a reloaded page can show the conversation.
+/// `GET {path}/sessions/{id}/history[?after=N&limit=M]`: the session's
+/// messages, tool results and approvals, oldest first, one bounded page at a
+/// time, so a reloaded page can show the conversation. `next_after`, when not
+/// null, is the `after` of the next page.
 async fn history(
     State(shared): State<Shared>,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let result = shared
-        .authorize_history(&id, &query, &headers)
-        .and_then(|()| shared.session_history(&id));
+    let number = |name: &str| -> Result<Option<u64>, HaiError> {
+        query
+            .get(name)
+            .map(|text| {
+                text.parse::<u64>()
+                    .map_err(|_| HaiError::InvalidMessage(format!("{name} must be a whole number")))
+            })
+            .transpose()
+    };
+    let result = shared.authorize_history(&id, &query, &headers).and_then(|()| {
+        let after = number("after")?;
+        let limit = number("limit")?.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+        shared.session_history(&id, after, limit)
+    });
     match result {
-        Ok(entries) => axum::Json(json!({"session_id": id, "entries": entries})).into_response(),
+        Ok(page) => {
+            axum::Json(json!({"session_id": id, "entries": page.entries, "next_after": page.next_after}))
+                .into_response()
+        }
         Err(error) => error.to_http(),
     }
 }
