@@ -63,7 +63,9 @@ pub struct HistoryEntry {
     pub at: u64,
 }
 
-/// The current conversation's or session's history, oldest first.
+/// The current conversation's or session's history, oldest first: its most
+/// recent entries, as many as the node's `store.history_page_entries` and
+/// `store.history_page_bytes` allow (never necessarily the whole history).
 pub fn history() -> Vec<HistoryEntry> {
     serde_json::from_str(&raw::history()).unwrap_or_default()
 }
