@@ -30,11 +30,18 @@ pub enum Command {
     /// Continue a conversation.
     Follow {
         url: String,
+        // Conversation ids are base64url: one in 64 starts with '-', which is still an id.
+        #[arg(allow_hyphen_values = true)]
         conversation: String,
+        #[arg(allow_hyphen_values = true)]
         body: String,
     },
     /// End a conversation.
-    Close { url: String, conversation: String },
+    Close {
+        url: String,
+        #[arg(allow_hyphen_values = true)]
+        conversation: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
