@@ -9,7 +9,7 @@
 //! manifest asks for `warm` instances is served from a bounded pool of reused
 //! instances instead ([`warm`] documents what that may leak).
 
-mod bindings;
+pub mod bindings;
 mod engine;
 pub mod exchange;
 mod host_api;
