@@ -25,7 +25,7 @@
 //! starts) deletes the data, so another plugin taking the name later starts
 //! empty; replacing the file (a new version) keeps it.
 
-mod bindings;
+pub mod bindings;
 mod engine;
 pub mod exchange;
 mod host_api;

@@ -249,7 +249,7 @@ impl AgoraError {
 }
 
 /// A validated request (§6.1). Unknown fields are ignored.
-struct AgoraRequest {
+pub struct AgoraRequest {
     body: Value,
     protocol_hash: Option<String>,
     sources: Vec<String>,
@@ -291,6 +291,14 @@ fn parse_request(
     let Value::Object(mut fields) = value else {
         return Err(AgoraError::Malformed("the request must be a JSON object".into()));
     };
+    request_fields(&mut fields, state.config.agora.max_sources)
+}
+
+/// The field checks of §6.1 on a request object (public for the fuzz targets in `fuzz/`).
+pub fn request_fields(
+    fields: &mut Map<String, Value>,
+    max_sources: usize,
+) -> Result<AgoraRequest, AgoraError> {
     let body = match fields.remove("body") {
         Some(body @ (Value::String(_) | Value::Object(_))) => body,
         Some(_) => {
@@ -311,7 +319,6 @@ fn parse_request(
             ));
         }
     };
-    let max_sources = state.config.agora.max_sources;
     let sources = match fields.remove("protocolSources") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) if items.len() > max_sources => {
