@@ -554,7 +554,14 @@ fn exhausted_instance_slots_answer_overloaded_not_a_crash() {
 #[test]
 fn concurrent_durable_writes_never_wedge_the_node() {
     // Every multi-round start flushes the store before replying; many at once must all finish.
-    let node = Arc::new(TestNode::builder().plugin("unit-converter").start());
+    // 160 conversations from one address: above the per-client caps, which are not under test here.
+    let node = Arc::new(
+        TestNode::builder()
+            .plugin("unit-converter")
+            .env("AGORA_AGORA__MAX_CONVERSATIONS_PER_CLIENT", "1000")
+            .env("AGORA_AGORA__CONVERSATIONS_PER_CLIENT_PER_MINUTE", "1000")
+            .start(),
+    );
     let hash = converter_hash();
     let clients: Vec<_> = (0..16)
         .map(|_| {

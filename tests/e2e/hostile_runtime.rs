@@ -42,13 +42,18 @@ fn honest_conversion(url: &str, hash: &str) -> Result<(), String> {
     }
 }
 
+/// A session id no other test (or call) uses: HAI sessions belong to their creator.
 fn session_id(label: &str) -> String {
-    format!("{label}-{}", std::process::id())
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{label}-{}-{n}", std::process::id())
 }
 
 /// A HAI WebSocket client (`hai-protocol.md`).
 struct Hai {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// The secret of the session this connection created (the HAI `session` frame).
+    secret: Option<String>,
 }
 
 impl Hai {
@@ -56,7 +61,7 @@ impl Hai {
         let (socket, _) = connect_async(node.ws_url("/ws"))
             .await
             .expect("WebSocket connect");
-        Hai { socket }
+        Hai { socket, secret: None }
     }
 
     async fn send(&mut self, frame: Value) {
@@ -84,7 +89,14 @@ impl Hai {
                 .expect("the connection is open")
                 .expect("a valid frame");
             match message {
-                Message::Text(text) => return serde_json::from_str(text.as_str()).expect("frames are JSON"),
+                Message::Text(text) => {
+                    let frame: Value = serde_json::from_str(text.as_str()).expect("frames are JSON");
+                    if frame["type"] == "session" {
+                        self.secret = frame["session_secret"].as_str().map(str::to_string);
+                        continue;
+                    }
+                    return frame;
+                }
                 Message::Ping(_) | Message::Pong(_) => continue,
                 other => panic!("unexpected frame {other:?}"),
             }
@@ -160,6 +172,9 @@ fn humans_who_never_approve_do_not_take_the_call_slots() {
         .env("AGORA_PLUGINS__MAX_CONCURRENT_CALLS", SLOTS.to_string())
         .env("AGORA_PLUGINS__MAX_PARKED_CALLS", PARKED.to_string())
         .env("AGORA_PLUGINS__QUEUE_TIMEOUT_MS", "500")
+        // All sessions come from 127.0.0.1: HAI's own per-address approval cap (4)
+        // would refuse the fifth first, and it is the runtime's parked cap under test.
+        .env("AGORA_HAI__MAX_PENDING_APPROVALS_PER_IP", "16")
         .start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -351,7 +366,7 @@ fn health_line(health: &Value, name: &str) -> Option<Value> {
     health["plugins"].as_array()?.iter().find_map(|p| {
         p["file"]
             .as_str()
-            .is_some_and(|file| file.ends_with(&format!("/{name}")))
+            .is_some_and(|file| file == name)
             .then(|| p.clone())
     })
 }
@@ -499,27 +514,30 @@ fn a_nested_tool_reaches_neither_its_callers_history_nor_its_events() {
 fn history_is_read_in_bounded_pages() {
     let node = hostile_assistant();
     let session = session_id("pages");
-    let text = while_honest_client_served(&node, async || {
+    let (text, secret) = while_honest_client_served(&node, async || {
         let mut client = Hai::connect(&node).await;
         for _ in 0..8 {
             client.ask(&session, "hello").await;
         }
-        client.ask(&session, "history").await.1
+        let text = client.ask(&session, "history").await.1;
+        (text, client.secret.clone().expect("the session frame's secret"))
     });
     // 17 entries when the plugin reads (this turn's message included); it gets the last 5.
     let read: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert_eq!(read["entries"], 5, "{read}");
 
-    let base = node.url(&format!("/ws/sessions/{session}/history"));
+    let base = node.url(&format!(
+        "/ws/sessions/{session}/history?session_secret={secret}&"
+    ));
     let mut entries = Vec::new();
-    let mut query = "?limit=3".to_string();
+    let mut query = "limit=3".to_string();
     loop {
         let page = get_json(&format!("{base}{query}")).unwrap();
         let got = page["entries"].as_array().unwrap();
         assert!(!got.is_empty() && got.len() <= 3, "{page}");
         entries.extend(got.iter().cloned());
         match page["next_after"].as_u64() {
-            Some(after) => query = format!("?limit=3&after={after}"),
+            Some(after) => query = format!("limit=3&after={after}"),
             None => break,
         }
     }
@@ -527,9 +545,9 @@ fn history_is_read_in_bounded_pages() {
     assert_eq!(entries[0]["body"]["content"], "hello");
     assert_eq!(entries[17]["role"], "assistant");
     // A larger `limit` is held to store.history_page_entries.
-    let page = get_json(&format!("{base}?limit=100")).unwrap();
+    let page = get_json(&format!("{base}limit=100")).unwrap();
     assert_eq!(page["entries"].as_array().unwrap().len(), 5, "{page}");
-    let bad = get(&format!("{base}?after=soon"));
+    let bad = get(&format!("{base}after=soon"));
     assert_eq!(bad.status, 400, "{}", bad.body);
     assert_eq!(bad.json()["error_code"], "invalid_message");
 }
@@ -544,15 +562,16 @@ fn a_plugin_taking_a_removed_plugins_name_does_not_inherit_its_data() {
             .plugin("fixture-hostile-assistant")
             .start()
     };
-    let session = session_id("kv");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    // A new session each time: the key-value data under test is the plugin's, and a
+    // session can only be rejoined with its secret.
     let ask = |node: &TestNode, content: &str| {
         runtime.block_on(async {
             let mut client = Hai::connect(node).await;
-            client.ask(&session, content).await.1
+            client.ask(&session_id("kv"), content).await.1
         })
     };
     let node = start();

@@ -491,10 +491,12 @@ fn host_order(
         };
     }
     match (status, approved) {
+        // Refused before a human was asked (too many calls already wait for one):
+        // a failure claims nothing ran, so it is shown whether or not it was asked.
+        (ToolStatus::Failed, _) => true,
         (_, None) => false,
         (ToolStatus::Started, Some(approved)) => approved && !started,
         (ToolStatus::Completed, Some(approved)) => approved && started,
-        (ToolStatus::Failed, Some(_)) => true,
     }
 }
 
@@ -536,7 +538,8 @@ mod tests {
             Some((true, false)),
             None
         ));
-        assert!(!check(Risk::High, ToolStatus::Failed, None, None));
+        // Refused before anyone was asked (the host's parked-call cap): shown as failed.
+        assert!(check(Risk::High, ToolStatus::Failed, None, None));
         // Asked but not approved: it may fail (rejected, timed out, refused), never start.
         assert!(!check(Risk::High, ToolStatus::Started, None, Some(false)));
         assert!(check(Risk::High, ToolStatus::Failed, None, Some(false)));
