@@ -236,6 +236,18 @@ pub struct EnvelopesConfig {
     pub status_ttl_secs: u64,
     /// Envelopes one WebSocket connection may have in progress at once.
     pub ws_max_pending: usize,
+    /// A WebSocket that sends no frame for this long while nothing is in progress is closed;
+    /// also the longest a reply frame may wait for a client that does not read.
+    pub ws_idle_timeout_secs: u64,
+    /// Senders (public keys) the rate limiter tracks; beyond it the least recently seen
+    /// one-shot sender is forgotten first, established ones last.
+    pub max_tracked_senders: usize,
+    /// Largest REQUEST `params` (serialized bytes); larger is ERROR 400.
+    pub max_params_bytes: usize,
+    /// Live (unexpired, unaccepted) offers one sender may hold; beyond it ERROR 429.
+    pub max_offers_per_sender: usize,
+    /// Bytes of offer params held by all live offers together; beyond it ERROR 503.
+    pub max_offer_bytes_total: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -249,8 +261,16 @@ pub struct UagentsConfig {
     pub endpoint: String,
     /// agent1… address → `http://…/submit` for asynchronous replies.
     pub peers: BTreeMap<String, String>,
+    /// Least time a replay entry is kept; an envelope's entry is kept until its `expires` plus this.
     pub replay_window_secs: u64,
     pub delivery_retries: u32,
+    /// Refuse envelopes without `expires` (uagents always sets it when sending).
+    pub require_expires: bool,
+    /// Furthest in the future an envelope's `expires` may be.
+    pub max_expiry_secs: u64,
+    /// Asynchronous replies queued or in flight at once; beyond it envelopes asking for
+    /// one are refused with 503 before anything is recorded.
+    pub max_pending_replies: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -491,6 +511,31 @@ impl Config {
         positive("envelopes.max_offer_ttl_ms", self.envelopes.max_offer_ttl_ms)?;
         positive("envelopes.status_ttl_secs", self.envelopes.status_ttl_secs)?;
         positive("envelopes.ws_max_pending", self.envelopes.ws_max_pending as u64)?;
+        positive(
+            "envelopes.ws_idle_timeout_secs",
+            self.envelopes.ws_idle_timeout_secs,
+        )?;
+        positive(
+            "envelopes.max_tracked_senders",
+            self.envelopes.max_tracked_senders as u64,
+        )?;
+        positive(
+            "envelopes.max_params_bytes",
+            self.envelopes.max_params_bytes as u64,
+        )?;
+        positive(
+            "envelopes.max_offers_per_sender",
+            self.envelopes.max_offers_per_sender as u64,
+        )?;
+        positive(
+            "envelopes.max_offer_bytes_total",
+            self.envelopes.max_offer_bytes_total as u64,
+        )?;
+        positive("uagents.max_expiry_secs", self.uagents.max_expiry_secs)?;
+        positive(
+            "uagents.max_pending_replies",
+            self.uagents.max_pending_replies as u64,
+        )?;
         positive("hai.max_frame_bytes", self.hai.max_frame_bytes as u64)?;
         positive("hai.messages_per_minute", u64::from(self.hai.messages_per_minute))?;
         positive("hai.ping_interval_secs", self.hai.ping_interval_secs)?;

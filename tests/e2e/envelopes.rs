@@ -17,29 +17,29 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{self, TestNode};
 
-const PLUGIN: &str = "envelope-services";
+pub(crate) const PLUGIN: &str = "envelope-services";
 
 /// A test agent: its key and the sender id it signs as.
-struct Agent {
-    key: SigningKey,
-    id: String,
+pub(crate) struct Agent {
+    pub(crate) key: SigningKey,
+    pub(crate) id: String,
 }
 
 impl Agent {
-    fn new() -> Agent {
+    pub(crate) fn new() -> Agent {
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
         let id = did_key(&key.verifying_key());
         Agent { key, id }
     }
 
-    fn raw() -> Agent {
+    pub(crate) fn raw() -> Agent {
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
         let id = raw_sender_id(&key.verifying_key());
         Agent { key, id }
     }
 
     /// An unsigned envelope with a fresh id and the current time.
-    fn draft(&self, kind: &str, payload: Value) -> Value {
+    pub(crate) fn draft(&self, kind: &str, payload: Value) -> Value {
         json!({
             "protocol": "agora/1.0",
             "id": uuid::Uuid::new_v4().to_string(),
@@ -50,12 +50,12 @@ impl Agent {
         })
     }
 
-    fn sign(&self, mut envelope: Value) -> Value {
+    pub(crate) fn sign(&self, mut envelope: Value) -> Value {
         signed::sign(&mut envelope, &self.key).unwrap();
         envelope
     }
 
-    fn envelope(&self, kind: &str, payload: Value) -> Value {
+    pub(crate) fn envelope(&self, kind: &str, payload: Value) -> Value {
         self.sign(self.draft(kind, payload))
     }
 
@@ -70,20 +70,20 @@ impl Agent {
 }
 
 /// A reply checked to be a validly signed envelope from `node_did` (when known).
-struct Reply {
-    status: u16,
-    envelope: Value,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) envelope: Value,
 }
 
 impl Reply {
-    fn kind(&self) -> &str {
+    pub(crate) fn kind(&self) -> &str {
         self.envelope["type"].as_str().unwrap_or("")
     }
-    fn payload(&self) -> &Value {
+    pub(crate) fn payload(&self) -> &Value {
         &self.envelope["payload"]
     }
     /// Assert this is a signed ERROR with `code`, carried with the same HTTP status.
-    fn assert_error(&self, code: u16, what: &str) {
+    pub(crate) fn assert_error(&self, code: u16, what: &str) {
         assert_eq!(self.kind(), "ERROR", "{what}: {}", self.envelope);
         assert_eq!(self.payload()["code"], code, "{what}: {}", self.envelope);
         assert_eq!(self.status, code, "{what}: HTTP status");
@@ -91,7 +91,7 @@ impl Reply {
     }
 }
 
-fn verify_reply(raw: &[u8], node_did: Option<&str>) -> Value {
+pub(crate) fn verify_reply(raw: &[u8], node_did: Option<&str>) -> Value {
     let verified = signed::verify_bytes(raw).unwrap_or_else(|e| {
         panic!(
             "reply is not a valid signed envelope ({e}): {}",
@@ -113,7 +113,7 @@ fn verify_reply(raw: &[u8], node_did: Option<&str>) -> Value {
     verified.value
 }
 
-fn post_raw(node: &TestNode, content_type: &str, body: &[u8], node_did: Option<&str>) -> Reply {
+pub(crate) fn post_raw(node: &TestNode, content_type: &str, body: &[u8], node_did: Option<&str>) -> Reply {
     let reply = support::post(&node.url("/envelopes"), content_type, body);
     assert!(
         reply.content_type.starts_with("application/json"),
@@ -126,7 +126,7 @@ fn post_raw(node: &TestNode, content_type: &str, body: &[u8], node_did: Option<&
     }
 }
 
-fn send(node: &TestNode, envelope: &Value, node_did: &str) -> Reply {
+pub(crate) fn send(node: &TestNode, envelope: &Value, node_did: &str) -> Reply {
     post_raw(
         node,
         "application/json",
@@ -136,7 +136,7 @@ fn send(node: &TestNode, envelope: &Value, node_did: &str) -> Reply {
 }
 
 /// HELLO → WELCOME; the node's did as the WELCOME states it.
-fn hello(node: &TestNode, agent: &Agent) -> (String, Value) {
+pub(crate) fn hello(node: &TestNode, agent: &Agent) -> (String, Value) {
     let reply = post_raw(
         node,
         "application/json",
@@ -150,7 +150,7 @@ fn hello(node: &TestNode, agent: &Agent) -> (String, Value) {
     (did, reply.envelope)
 }
 
-fn status_of(node: &TestNode, agent: &Agent, did: &str, request_id: &str) -> String {
+pub(crate) fn status_of(node: &TestNode, agent: &Agent, did: &str, request_id: &str) -> String {
     let reply = send(
         node,
         &agent.envelope("STATUS", json!({"request_id": request_id})),
@@ -161,7 +161,7 @@ fn status_of(node: &TestNode, agent: &Agent, did: &str, request_id: &str) -> Str
     reply.payload()["state"].as_str().unwrap().to_string()
 }
 
-fn start(builder: support::NodeBuilder) -> TestNode {
+pub(crate) fn start(builder: support::NodeBuilder) -> TestNode {
     builder.plugin(PLUGIN).start()
 }
 
@@ -620,9 +620,10 @@ fn allow_list_and_per_sender_rate_limit() {
     );
 }
 
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+pub(crate) type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn next_envelope(socket: &mut Socket, did: &str) -> Value {
+pub(crate) async fn next_envelope(socket: &mut Socket, did: &str) -> Value {
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(30), socket.next())
             .await
@@ -637,7 +638,7 @@ async fn next_envelope(socket: &mut Socket, did: &str) -> Value {
     }
 }
 
-async fn ws_send(socket: &mut Socket, envelope: &Value) {
+pub(crate) async fn ws_send(socket: &mut Socket, envelope: &Value) {
     socket
         .send(Message::Text(envelope.to_string().into()))
         .await

@@ -11,6 +11,7 @@ mod host;
 mod hostile_edge;
 mod hostile_hai;
 mod hostile_runtime;
+mod hostile_signed;
 mod open_port;
 mod scripting;
 mod scripting_tools;

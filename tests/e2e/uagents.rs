@@ -15,16 +15,17 @@ use serde_json::{Value, json};
 
 use crate::support::{self, TestNode};
 
-const SENDER_SEED: &str = "uagents-interop-sender-seed-v1";
-const LISTENER_SEED: &str = "uagents-interop-listener-seed-v1";
+pub(crate) const SENDER_SEED: &str = "uagents-interop-sender-seed-v1";
+pub(crate) const LISTENER_SEED: &str = "uagents-interop-listener-seed-v1";
 const OTHER_SEED: &str = "uagents-interop-other-seed-v1";
-const NODE_SEED: &str = "uagents-interop-mock-node-seed-v1";
+pub(crate) const NODE_SEED: &str = "uagents-interop-mock-node-seed-v1";
 const MESSAGE_SCHEMA: &str = r#"{"properties": {"text": {"title": "Text", "type": "string"}}, "required": ["text"], "title": "Message", "type": "object"}"#;
-const MESSAGE_DIGEST: &str = "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
+pub(crate) const MESSAGE_DIGEST: &str =
+    "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
 const ERROR_DIGEST: &str = "model:94cb082f79871c5e80a20637f935d233f0ce11a135d5a3a3c6071e81102a84d5";
 const ECHO_PROTOCOL_DIGEST: &str = "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
 
-fn identity(seed: &str) -> AgentIdentity {
+pub(crate) fn identity(seed: &str) -> AgentIdentity {
     AgentIdentity::from_seed(seed).unwrap()
 }
 
@@ -34,7 +35,7 @@ fn vectors() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -42,7 +43,7 @@ fn now_secs() -> u64 {
 }
 
 /// A node serving the echo plugin as `seed`'s agent, with extra environment.
-fn echo_node(seed: &str, env: &[(String, String)]) -> TestNode {
+pub(crate) fn echo_node(seed: &str, env: &[(String, String)]) -> TestNode {
     let mut builder = TestNode::builder()
         .plugin("uagents-echo")
         .env("AGORA_UAGENTS__SEED", seed);
@@ -55,7 +56,7 @@ fn echo_node(seed: &str, env: &[(String, String)]) -> TestNode {
 }
 
 /// A signed Message envelope from `from` to `to`.
-fn message_envelope(from: &AgentIdentity, to: &str, text: &str) -> Envelope {
+pub(crate) fn message_envelope(from: &AgentIdentity, to: &str, text: &str) -> Envelope {
     let mut envelope = Envelope {
         version: 1,
         sender: from.address().to_string(),
@@ -73,7 +74,7 @@ fn message_envelope(from: &AgentIdentity, to: &str, text: &str) -> Envelope {
     envelope
 }
 
-fn submit(node: &TestNode, envelope: &Envelope, sync: bool) -> support::HttpReply {
+pub(crate) fn submit(node: &TestNode, envelope: &Envelope, sync: bool) -> support::HttpReply {
     let mut headers = vec![("content-type", "application/json")];
     if sync {
         headers.push(("x-uagents-connection", "sync"));
@@ -81,7 +82,7 @@ fn submit(node: &TestNode, envelope: &Envelope, sync: bool) -> support::HttpRepl
     support::post_with_headers(&node.url("/submit"), &headers, envelope.to_json().as_bytes())
 }
 
-fn reply_envelope(reply: &support::HttpReply) -> Envelope {
+pub(crate) fn reply_envelope(reply: &support::HttpReply) -> Envelope {
     assert_eq!(reply.status, 200, "{}", reply.body);
     Envelope::from_value(reply.json()).expect("the sync reply is an envelope")
 }
@@ -308,7 +309,7 @@ fn a_malformed_peer_table_stops_start_up_with_the_key_named() {
 }
 
 /// Read one HTTP/1.1 request from `stream`, answer it with `status`, return its body.
-fn serve_one(listener: &std::net::TcpListener, status: &str) -> String {
+pub(crate) fn serve_one(listener: &std::net::TcpListener, status: &str) -> String {
     use std::io::{Read, Write};
     let (mut stream, _) = listener.accept().unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -368,16 +369,16 @@ fn async_replies_go_to_the_peer_from_the_environment_and_are_retried() {
 
 // --- Interop with the real uagents library ---
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     support::python_venv("uagents", &["uagents==0.26.1"])
 }
 
-fn scripts() -> PathBuf {
+pub(crate) fn scripts() -> PathBuf {
     support::repo_root().join("tests/interop/uagents")
 }
 
 /// Run a script to completion (bounded), returning its JSON stdout lines.
-fn run_script(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<Value> {
+pub(crate) fn run_script(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<Value> {
     let mut command = Command::new(python());
     command
         .args(args)
@@ -412,7 +413,7 @@ fn run_script(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<Value
 }
 
 /// A real uAgent running `echo_agent.py`, killed when dropped.
-struct EchoAgent {
+pub(crate) struct EchoAgent {
     child: Child,
     port: u16,
     lines: Arc<Mutex<Vec<Value>>>,
@@ -470,7 +471,7 @@ impl Drop for EchoAgent {
     }
 }
 
-fn peer_env(address: &str, url: &str) -> (String, String) {
+pub(crate) fn peer_env(address: &str, url: &str) -> (String, String) {
     (format!("AGORA_UAGENTS__PEERS__{address}"), url.to_string())
 }
 

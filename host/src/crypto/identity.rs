@@ -36,10 +36,11 @@ impl NodeIdentity {
 
     pub fn load(path: &Path) -> Result<NodeIdentity, IdentityError> {
         let shown = path.display().to_string();
-        let pem = std::fs::read_to_string(path).map_err(|source| IdentityError::Read {
+        let bytes = read_secret_file(path).map_err(|source| IdentityError::Read {
             path: shown.clone(),
             source,
         })?;
+        let pem = String::from_utf8(bytes).map_err(|_| IdentityError::Invalid { path: shown.clone() })?;
         let signing_key =
             SigningKey::from_pkcs8_pem(&pem).map_err(|_| IdentityError::Invalid { path: shown })?;
         Ok(NodeIdentity { signing_key })
@@ -65,24 +66,15 @@ impl NodeIdentity {
             .signing_key
             .to_pkcs8_pem(Default::default())
             .map_err(|_| IdentityError::Invalid { path: shown.clone() })?;
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| IdentityError::Write {
-                path: shown.clone(),
-                source,
-            })?;
-        }
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        use std::io::Write;
-        let mut file = options.open(path).map_err(|source| IdentityError::Write {
-            path: shown.clone(),
-            source,
-        })?;
-        file.write_all(pem.as_bytes())
-            .map_err(|source| IdentityError::Write { path: shown, source })?;
-        Ok(())
+        let outcome = if force {
+            replace_secret_file(path, pem.as_bytes())
+        } else {
+            create_secret_file(path, pem.as_bytes())
+        };
+        outcome.map_err(|source| match source.kind() {
+            std::io::ErrorKind::AlreadyExists => IdentityError::Exists { path: shown.clone() },
+            _ => IdentityError::Write { path: shown, source },
+        })
     }
 
     pub fn verifying_key(&self) -> VerifyingKey {
@@ -92,6 +84,80 @@ impl NodeIdentity {
     pub fn did(&self) -> String {
         did_key(&self.verifying_key())
     }
+}
+
+/// Write `contents` to a new owner-only (0600) file next to `path`, flushed to disk.
+fn write_secret_temp(path: &Path, contents: &[u8]) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.{:016x}.tmp", rand::random::<u64>()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    // The mode is set at creation: there is no moment at which the secret is readable by others.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(&temp).and_then(|mut file| {
+        file.write_all(contents)?;
+        file.sync_all()
+    });
+    match written {
+        Ok(()) => Ok(temp),
+        Err(error) => {
+            let _ = std::fs::remove_file(&temp);
+            Err(error)
+        }
+    }
+}
+
+fn sync_parent(path: &Path) {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Ok(dir) = std::fs::File::open(parent) {
+            let _ = dir.sync_all();
+        }
+    }
+}
+
+/// Create `path` holding a secret, owner-only (0600); `AlreadyExists` if it is there.
+/// The file appears whole or not at all (written aside, then linked into place), so a
+/// crash cannot leave a truncated key that would change the node's identity.
+pub fn create_secret_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let temp = write_secret_temp(path, contents)?;
+    let linked = std::fs::hard_link(&temp, path);
+    let _ = std::fs::remove_file(&temp);
+    linked?;
+    sync_parent(path);
+    Ok(())
+}
+
+/// Replace (or create) `path` with a secret, owner-only (0600), atomically.
+pub fn replace_secret_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let temp = write_secret_temp(path, contents)?;
+    if let Err(error) = std::fs::rename(&temp, path) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(error);
+    }
+    sync_parent(path);
+    Ok(())
+}
+
+/// Read a secret file, first narrowing its mode to owner-only if an older version
+/// (or an operator) left it readable by others.
+pub fn read_secret_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700))?;
+        }
+    }
+    std::fs::read(path)
 }
 
 /// The did:key of an Ed25519 public key.
@@ -270,5 +336,33 @@ mod tests {
             identity.write(&path, false),
             Err(IdentityError::Exists { .. })
         ));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn secret_files_are_owner_only_even_when_replacing_a_readable_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.key");
+        std::fs::write(&path, b"old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        NodeIdentity::generate().write(&path, true).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        // A key file an older version left readable is narrowed when loaded.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        NodeIdentity::load(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
+
+        let seed = dir.path().join("sub/uagents.seed");
+        create_secret_file(&seed, b"abc").unwrap();
+        assert_eq!(mode(&seed), 0o600);
+        assert_eq!(
+            create_secret_file(&seed, b"def").unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(read_secret_file(&seed).unwrap(), b"abc");
+        // No temporary files are left behind.
+        assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1);
     }
 }

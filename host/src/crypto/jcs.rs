@@ -5,6 +5,11 @@
 //! - Input must be I-JSON (RFC 8785 §3.1): duplicate member names are an
 //!   error. serde_json keeps the last one silently, so [`parse_strict`]
 //!   parses through a visitor that refuses them.
+//! - Numbers must be I-JSON (RFC 7493 §2.2): JCS serializes every number as an
+//!   IEEE 754 double, so an integer beyond ±(2^53−1) would be signed by one
+//!   side as written and by another as its rounded double. [`parse_strict`]
+//!   refuses such integers ([`JcsError::NotIJson`]); a sender must send them
+//!   as strings.
 //! - Non-finite numbers must fail (§3.2.2.3). A parsed [`Value`] cannot hold
 //!   one, but `json!` turns a NaN `f64` into `null` silently; [`finite`] is
 //!   how the node builds numbers it is about to sign.
@@ -26,6 +31,10 @@ pub enum JcsError {
     DuplicateKey(String),
     #[error("a number is not finite")]
     NotFinite,
+    #[error(
+        "the number {0} is outside the I-JSON range (integers within ±9007199254740991); send it as a string"
+    )]
+    NotIJson(String),
     #[error("cannot canonicalize: {0}")]
     Canonicalize(String),
 }
@@ -38,22 +47,79 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, JcsError> {
         Err(error) => return Err(classify(error)),
     };
     deserializer.end().map_err(classify)?;
+    // serde_json reads integers beyond 64 bits as doubles without a word; only the text
+    // still says they were integers.
+    check_integer_literals(bytes)?;
     Ok(value)
+}
+
+/// Refuse integer literals (no fraction, no exponent) beyond ±(2^53−1) in valid JSON text.
+fn check_integer_literals(bytes: &[u8]) -> Result<(), JcsError> {
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let byte = bytes[i];
+        if in_string {
+            match byte {
+                b'\\' => i += 2,
+                b'"' => {
+                    in_string = false;
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                    i += 1;
+                }
+                let token = &bytes[start..i];
+                if token.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+                    continue;
+                }
+                let digits = token.strip_prefix(b"-").unwrap_or(token);
+                let safe = digits.len() <= 16
+                    && std::str::from_utf8(digits)
+                        .ok()
+                        .and_then(|d| d.parse::<u64>().ok())
+                        .is_some_and(|n| n <= MAX_SAFE_INTEGER);
+                if !safe {
+                    return Err(JcsError::NotIJson(String::from_utf8_lossy(token).into_owned()));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
 }
 
 fn classify(error: serde_json::Error) -> JcsError {
     let text = error.to_string();
-    match text.strip_prefix(DUPLICATE_PREFIX) {
-        Some(rest) => {
-            let name = rest.split(DUPLICATE_SUFFIX).next().unwrap_or(rest);
-            JcsError::DuplicateKey(name.to_string())
-        }
-        None => JcsError::Malformed(text),
+    if let Some(rest) = text.strip_prefix(DUPLICATE_PREFIX) {
+        let name = rest.split(MARK_SUFFIX).next().unwrap_or(rest);
+        return JcsError::DuplicateKey(name.to_string());
     }
+    if let Some(rest) = text.strip_prefix(NOT_IJSON_PREFIX) {
+        let number = rest.split(MARK_SUFFIX).next().unwrap_or(rest);
+        return JcsError::NotIJson(number.to_string());
+    }
+    JcsError::Malformed(text)
 }
 
 const DUPLICATE_PREFIX: &str = "duplicate member name: ";
-const DUPLICATE_SUFFIX: &str = "\u{0}";
+const NOT_IJSON_PREFIX: &str = "number outside I-JSON: ";
+const MARK_SUFFIX: &str = "\u{0}";
+
+/// The largest integer magnitude every IEEE 754 double reader keeps exactly (2^53 − 1).
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// The canonical UTF-8 bytes of `value` (RFC 8785).
 pub fn canonicalize(value: &Value) -> Result<Vec<u8>, JcsError> {
@@ -93,11 +159,17 @@ impl<'de> Visitor<'de> for StrictVisitor {
         Ok(Value::Bool(value))
     }
 
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Value, E> {
+        if value.unsigned_abs() > MAX_SAFE_INTEGER {
+            return Err(E::custom(format!("{NOT_IJSON_PREFIX}{value}{MARK_SUFFIX}")));
+        }
         Ok(Value::Number(value.into()))
     }
 
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Value, E> {
+        if value > MAX_SAFE_INTEGER {
+            return Err(E::custom(format!("{NOT_IJSON_PREFIX}{value}{MARK_SUFFIX}")));
+        }
         Ok(Value::Number(value.into()))
     }
 
@@ -139,9 +211,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
         let mut members = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if members.contains_key(&key) {
-                return Err(de::Error::custom(format!(
-                    "{DUPLICATE_PREFIX}{key}{DUPLICATE_SUFFIX}"
-                )));
+                return Err(de::Error::custom(format!("{DUPLICATE_PREFIX}{key}{MARK_SUFFIX}")));
             }
             let StrictValue(value) = map.next_value_seed(StrictSeed)?;
             members.insert(key, value);
@@ -273,6 +343,20 @@ mod tests {
             );
             alternatives += 1;
         }
+        // Integers beyond ±(2^53−1) are not I-JSON: always the strict alternative.
+        for case in cases {
+            let strict_integers = case["alternative"]["kind"]
+                .as_str()
+                .is_some_and(|kind| kind.contains("strict integer domain"));
+            let name = case["name"].as_str().unwrap();
+            let input = std::fs::read(vectors().join(format!("edge/input/{name}.json"))).unwrap();
+            if strict_integers && name != "num_es6_boundaries" {
+                assert!(
+                    matches!(canonicalize_bytes(&input), Err(JcsError::NotIJson(_))),
+                    "{name}"
+                );
+            }
+        }
         // Duplicate keys must take the strict path: never the lenient alternative.
         for name in ["dup_keys", "dup_keys_after_unescape", "dup_keys_nested"] {
             let input = std::fs::read(vectors().join(format!("edge/input/{name}.json"))).unwrap();
@@ -282,7 +366,31 @@ mod tests {
             );
         }
         assert_eq!(expected_hits + alternatives, 53);
-        assert!(expected_hits >= 50, "{expected_hits} expected verdicts");
+        assert!(expected_hits >= 40, "{expected_hits} expected verdicts");
+    }
+
+    #[test]
+    fn integers_beyond_the_i_json_range_are_refused_wherever_they_are() {
+        for bad in [
+            "9007199254740992",
+            "-9007199254740992",
+            "[18446744073709551615]",
+            r#"{"a":{"b":[1,123456789012345678901234567890]}}"#,
+            "-123456789012345678901234567890",
+        ] {
+            assert!(
+                matches!(parse_strict(bad.as_bytes()), Err(JcsError::NotIJson(_))),
+                "{bad}"
+            );
+        }
+        for good in [
+            "9007199254740991",
+            "-9007199254740991",
+            r#"{"s":"12345678901234567890","e":1e300,"f":12345678901234567890.5,"z":-0}"#,
+            r#"["\"99999999999999999999"]"#,
+        ] {
+            parse_strict(good.as_bytes()).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
     }
 
     #[test]

@@ -265,6 +265,12 @@ impl Envelope {
     }
 }
 
+/// Whether `text` is shaped like the digests [`schema_digest`] (and uagents) produce.
+pub fn is_model_digest(text: &str) -> bool {
+    text.strip_prefix("model:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
 /// `model:` + SHA-256 hex of the model's JSON schema as Python dumps it with sorted keys.
 pub fn schema_digest(schema: &Value) -> String {
     format!("model:{}", sha256_hex(pyjson::dumps_sorted(schema).as_bytes()))

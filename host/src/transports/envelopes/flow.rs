@@ -5,6 +5,10 @@
 //! - REQUEST → a direct resource answers RESULT; a negotiated one is priced by
 //!   its plugin (`Phase::Quote`) and answered with an OFFER whose envelope id is
 //!   the offer id, or ERROR 402 when the request's budget is below the cost.
+//!   `params` are capped (`envelopes.max_params_bytes`, ERROR 400); an offer's
+//!   params are stored beside it only until its ttl, and live offers are capped
+//!   per sender (`max_offers_per_sender`, 429) and in bytes overall
+//!   (`max_offer_bytes_total`, 503) — both checked before the plugin runs.
 //! - ACCEPT → only from the offeree, once, before the offer's ttl; checks that
 //!   refuse never consume the offer (a compare-and-swap in sled marks it
 //!   accepted only after all of them pass). Then `Phase::Execute` → RESULT.
@@ -18,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::limits::{LedgerRefusal, SenderKey};
 use super::{AnswersRequest, Early, EnvelopesError, Refusal, Service};
 use crate::crypto::envelope::Header;
 use crate::crypto::jcs;
@@ -50,6 +55,8 @@ struct OfferRecord {
     offeree: String,
     request_id: String,
     resource: String,
+    /// Older records kept params inline; new ones keep them under [`params_key`].
+    #[serde(default)]
     params: Value,
     cost: f64,
     timeout_ms: u64,
@@ -77,15 +84,16 @@ pub(super) fn answers_request(header: &Header) -> Option<String> {
 pub(super) async fn dispatch(
     service: &Service,
     sender: &str,
+    key: &SenderKey,
     header: Header,
     early: Option<&Early>,
 ) -> Result<Value, Refusal> {
     match header.kind.as_str() {
         "HELLO" => Ok(welcome(service)?),
-        "REQUEST" => request(service, sender, &header)
+        "REQUEST" => request(service, sender, key, &header)
             .await
             .answering(Some(&header.id)),
-        "ACCEPT" => accept(service, sender, &header.payload, early).await,
+        "ACCEPT" => accept(service, sender, key, &header.payload, early).await,
         "STATUS" => status(service, sender, &header.payload),
         other => Err(EnvelopesError::BadRequest(format!(
             "this node does not take {other} envelopes; send HELLO, REQUEST, ACCEPT or STATUS"
@@ -118,6 +126,8 @@ fn welcome(service: &Service) -> Result<Value, EnvelopesError> {
 struct TaskRequest {
     resource: String,
     params: Value,
+    /// Bytes of `params` as JSON text.
+    params_bytes: usize,
     budget: Option<Value>,
     budget_max: Option<f64>,
     timeout_ms: Option<u64>,
@@ -127,7 +137,7 @@ fn bad(message: impl Into<String>) -> EnvelopesError {
     EnvelopesError::BadRequest(message.into())
 }
 
-fn parse_task(payload: &Map<String, Value>) -> Result<TaskRequest, EnvelopesError> {
+fn parse_task(payload: &Map<String, Value>, max_params_bytes: usize) -> Result<TaskRequest, EnvelopesError> {
     let resource = match payload.get("resource") {
         Some(Value::String(resource)) if !resource.is_empty() && resource.len() <= MAX_RESOURCE_LEN => {
             resource.clone()
@@ -143,6 +153,12 @@ fn parse_task(payload: &Map<String, Value>) -> Result<TaskRequest, EnvelopesErro
         Some(params @ Value::Object(_)) => params.clone(),
         Some(_) => return Err(bad("payload.params must be an object")),
     };
+    let params_bytes = params.to_string().len();
+    if params_bytes > max_params_bytes {
+        return Err(bad(format!(
+            "payload.params is {params_bytes} bytes; at most {max_params_bytes} are accepted"
+        )));
+    }
     let (budget, budget_max) = match payload.get("budget") {
         None | Some(Value::Null) => (None, None),
         Some(Value::Object(budget)) => {
@@ -168,6 +184,7 @@ fn parse_task(payload: &Map<String, Value>) -> Result<TaskRequest, EnvelopesErro
     Ok(TaskRequest {
         resource,
         params,
+        params_bytes,
         budget,
         budget_max,
         timeout_ms,
@@ -180,6 +197,40 @@ fn request_key(sender: &str, request_id: &str) -> Vec<u8> {
 
 fn offer_key(offer_id: &str) -> Vec<u8> {
     format!("offer\0{offer_id}").into_bytes()
+}
+
+/// An offer's params, kept only while the offer can be accepted.
+fn params_key(offer_id: &str) -> Vec<u8> {
+    format!("offer-params\0{offer_id}").into_bytes()
+}
+
+/// Whether one more offer of `bytes` from `key` fits the caps; with `take`
+/// (offer id, expiry) the room is also taken, under the same lock.
+fn offer_room(
+    service: &Service,
+    key: &SenderKey,
+    bytes: usize,
+    take: Option<(&str, u64)>,
+) -> Result<(), EnvelopesError> {
+    let config = &service.node.config.envelopes;
+    let mut ledger = service.offers.lock();
+    let checked = ledger.check(
+        key,
+        bytes,
+        now_ms(),
+        config.max_offers_per_sender,
+        config.max_offer_bytes_total,
+    );
+    match checked {
+        Ok(()) => {
+            if let Some((offer_id, expires_at_ms)) = take {
+                ledger.record(*key, offer_id.to_string(), expires_at_ms, bytes);
+            }
+            Ok(())
+        }
+        Err(LedgerRefusal::SenderFull(most)) => Err(EnvelopesError::TooManyOffers(most)),
+        Err(LedgerRefusal::TotalFull) => Err(EnvelopesError::Overloaded),
+    }
 }
 
 fn set_state(
@@ -213,8 +264,13 @@ fn slot(service: &Service) -> Result<OwnedSemaphorePermit, EnvelopesError> {
         .map_err(|_| EnvelopesError::Overloaded)
 }
 
-async fn request(service: &Service, sender: &str, header: &Header) -> Result<Value, EnvelopesError> {
-    let task = parse_task(&header.payload)?;
+async fn request(
+    service: &Service,
+    sender: &str,
+    key: &SenderKey,
+    header: &Header,
+) -> Result<Value, EnvelopesError> {
+    let task = parse_task(&header.payload, service.node.config.envelopes.max_params_bytes)?;
     let registry = service.node.runtime.registry();
     let Some(plugin) = registry.envelope_resource(&task.resource).cloned() else {
         return Err(EnvelopesError::NotFound(format!(
@@ -227,6 +283,10 @@ async fn request(service: &Service, sender: &str, header: &Header) -> Result<Val
         .resources
         .iter()
         .any(|r| r.name == task.resource && r.negotiated);
+    if negotiated {
+        // Before the quote runs: a refusal here costs no plugin work.
+        offer_room(service, key, task.params_bytes, None)?;
+    }
     let _slot = slot(service)?;
     let request_id = header.id.as_str();
     set_state(service, sender, request_id, &task.resource, TaskState::Pending)?;
@@ -241,7 +301,7 @@ async fn request(service: &Service, sender: &str, header: &Header) -> Result<Val
         body["budget"] = budget.clone();
     }
     let outcome = if negotiated {
-        offer(service, sender, request_id, &task, &plugin, body, timeout_ms).await
+        offer(service, sender, key, request_id, &task, &plugin, body, timeout_ms).await
     } else {
         set_state(service, sender, request_id, &task.resource, TaskState::Processing)?;
         match run(
@@ -269,9 +329,11 @@ async fn request(service: &Service, sender: &str, header: &Header) -> Result<Val
 }
 
 /// Price a negotiated request and make the offer (or refuse it for the budget).
+#[allow(clippy::too_many_arguments)]
 async fn offer(
     service: &Service,
     sender: &str,
+    key: &SenderKey,
     request_id: &str,
     task: &TaskRequest,
     plugin: &Arc<LoadedPlugin>,
@@ -324,12 +386,20 @@ async fn offer(
         offeree: sender.to_string(),
         request_id: request_id.to_string(),
         resource: task.resource.clone(),
-        params: task.params.clone(),
+        params: Value::Null,
         cost,
         timeout_ms,
         expires_at_ms,
         accepted: false,
     };
+    // Checked again: other REQUESTs may have taken the room while the quote ran.
+    offer_room(service, key, task.params_bytes, Some((&offer_id, expires_at_ms)))?;
+    service.node.store.put(
+        Collection::Negotiations,
+        &params_key(&offer_id),
+        &task.params,
+        Some(expires_at_ms),
+    )?;
     service.node.store.put(
         Collection::Negotiations,
         &offer_key(&offer_id),
@@ -349,6 +419,7 @@ async fn offer(
 async fn accept(
     service: &Service,
     sender: &str,
+    sender_key: &SenderKey,
     payload: &Map<String, Value>,
     early: Option<&Early>,
 ) -> Result<Value, Refusal> {
@@ -393,6 +464,17 @@ async fn accept(
         })
         .answering(answering)?;
     let _slot = slot(service).answering(answering)?;
+    let params = if offer.params.is_null() {
+        let stored = store
+            .get::<Value>(Collection::Negotiations, &params_key(&offer_id))
+            .answering(answering)?;
+        // The params outlive the offer by nothing: gone means the ttl just passed.
+        stored
+            .ok_or_else(|| EnvelopesError::Timeout("the offer has expired".into()))
+            .answering(answering)?
+    } else {
+        offer.params.clone()
+    };
     let accepted = OfferRecord {
         accepted: true,
         ..offer.clone()
@@ -409,6 +491,10 @@ async fn accept(
     if !won {
         return Err(bad("this offer was already accepted")).answering(answering);
     }
+    service.offers.lock().release(sender_key, &offer_id);
+    store
+        .remove(Collection::Negotiations, &params_key(&offer_id))
+        .answering(answering)?;
     set_state(
         service,
         sender,
@@ -432,7 +518,7 @@ async fn accept(
         "request_id": request_id,
         "offer_id": offer_id,
         "resource": offer.resource,
-        "params": offer.params,
+        "params": params,
         "cost": jcs::finite(offer.cost).unwrap_or(Value::Null),
     });
     if let Some(proof) = payment_proof {

@@ -8,22 +8,33 @@
 //!   PROCESSING at once and pushes the RESULT when it is ready.
 //!
 //! Every inbound envelope goes through the same checks, in this order (§2, §5):
-//! strict parse and signature (before anything else is read), envelope fields,
-//! sender allow-list, timestamp freshness, per-sender rate limit, replay window
-//! (in sled, so restarts do not reopen it); then the message flow of §3 in
-//! [`flow`]. [`EnvelopesError`] is mapped to the signed ERROR envelope and its
-//! HTTP status in exactly one place, [`Service::refuse`].
+//! body size (413, before any other work), strict parse (I-JSON numbers only)
+//! and signature (before anything else is read), envelope fields, sender
+//! allow-list, timestamp freshness, replay window (in sled, so restarts do not
+//! reopen it), then the per-sender rate limit — last, so an envelope someone
+//! else replays never spends its signer's quota — keyed by the public key (one
+//! bucket for its did:key and raw forms) in a bounded table ([`limits`]); then
+//! the message flow of §3 in [`flow`]. [`EnvelopesError`] is mapped to the
+//! signed ERROR envelope and its HTTP status in exactly one place,
+//! [`Service::refuse`].
+//!
+//! An HTTP envelope is handled in its own task, so a client that hangs up
+//! cannot stop an ACCEPT half way; the reply is sent only after everything it
+//! reports (replay entry, consumed offer, STATUS and RESULT state) is flushed.
+//! A WebSocket silent for `envelopes.ws_idle_timeout_secs` with nothing in
+//! progress is closed, as is one that does not read its replies for as long.
 
 pub mod client;
 mod flow;
+pub mod limits;
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -66,6 +77,8 @@ pub fn router(state: NodeState) -> Router {
 pub enum EnvelopesError {
     #[error(transparent)]
     Envelope(#[from] EnvelopeError),
+    #[error("the envelope is larger than {0} bytes")]
+    TooLarge(usize),
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -78,6 +91,8 @@ pub enum EnvelopesError {
     Timeout(String),
     #[error("rate limit exceeded: at most {0} envelopes per minute")]
     RateLimited(u32),
+    #[error("you hold {0} open offers, the most allowed; accept one or let them expire")]
+    TooManyOffers(usize),
     #[error("{0}")]
     Internal(String),
     #[error("the node is busy; try again shortly")]
@@ -89,11 +104,13 @@ impl EnvelopesError {
         match self {
             EnvelopesError::Envelope(error) => error.code(),
             EnvelopesError::BadRequest(_) => 400,
+            // Not in §5's table; the HTTP status every other transport gives an oversized body.
+            EnvelopesError::TooLarge(_) => 413,
             EnvelopesError::Unauthorized(_) => 401,
             EnvelopesError::PaymentRequired(_) => 402,
             EnvelopesError::NotFound(_) => 404,
             EnvelopesError::Timeout(_) => 408,
-            EnvelopesError::RateLimited(_) => 429,
+            EnvelopesError::RateLimited(_) | EnvelopesError::TooManyOffers(_) => 429,
             EnvelopesError::Internal(_) => 500,
             EnvelopesError::Overloaded => 503,
         }
@@ -161,19 +178,12 @@ pub(crate) struct Reply {
 /// Pushes on a WebSocket before the final reply (STATUS PROCESSING after ACCEPT).
 pub(crate) type Early = mpsc::Sender<Value>;
 
-struct RateWindow {
-    minute: u64,
-    count: u32,
-}
-
-/// Senders tracked by the rate limiter at once; beyond it new senders get 503.
-const MAX_TRACKED_SENDERS: usize = 100_000;
-
 pub(crate) struct Service {
     node: NodeState,
     signing_key: SigningKey,
     did: String,
-    rate: Mutex<HashMap<String, RateWindow>>,
+    rate: Mutex<limits::SenderTable>,
+    offers: Mutex<limits::OfferLedger>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -181,11 +191,15 @@ impl Service {
     fn new(node: NodeState, signing_key: SigningKey) -> Service {
         let did = crate::crypto::identity::did_key(&signing_key.verifying_key());
         let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
+        let rate = Mutex::new(limits::SenderTable::new(
+            node.config.envelopes.max_tracked_senders,
+        ));
         Service {
             node,
             signing_key,
             did,
-            rate: Mutex::new(HashMap::new()),
+            rate,
+            offers: Mutex::default(),
             in_flight,
         }
     }
@@ -244,11 +258,12 @@ impl Service {
         let answers = flow::answers_request(&header);
         let answers = answers.as_deref();
         let sender = verified.sender_id.as_str();
+        let key = verified.key.to_bytes();
         self.check_allowed(sender).answering(answers)?;
         self.check_fresh(header.timestamp_ms).answering(answers)?;
-        self.check_rate(sender).answering(answers)?;
         self.remember(sender, &header).answering(answers)?;
-        flow::dispatch(self, sender, header, early).await
+        self.check_rate(&key).answering(answers)?;
+        flow::dispatch(self, sender, &key, header, early).await
     }
 
     fn check_allowed(&self, sender: &str) -> Result<(), EnvelopesError> {
@@ -284,27 +299,13 @@ impl Service {
         }
     }
 
-    fn check_rate(&self, sender: &str) -> Result<(), EnvelopesError> {
+    fn check_rate(&self, key: &limits::SenderKey) -> Result<(), EnvelopesError> {
         let limit = self.node.config.envelopes.rate_limit_per_minute;
-        let minute = now_ms() / 60_000;
-        let mut windows = self.rate.lock();
-        if windows.len() >= MAX_TRACKED_SENDERS {
-            windows.retain(|_, window| window.minute == minute);
+        if self.rate.lock().admit(*key, now_ms() / 60_000, limit) {
+            Ok(())
+        } else {
+            Err(EnvelopesError::RateLimited(limit))
         }
-        if windows.len() >= MAX_TRACKED_SENDERS && !windows.contains_key(sender) {
-            return Err(EnvelopesError::Overloaded);
-        }
-        let window = windows
-            .entry(sender.to_string())
-            .or_insert(RateWindow { minute, count: 0 });
-        if window.minute != minute {
-            *window = RateWindow { minute, count: 0 };
-        }
-        if window.count >= limit {
-            return Err(EnvelopesError::RateLimited(limit));
-        }
-        window.count += 1;
-        Ok(())
     }
 
     /// Record `(sender, id)` for as long as the envelope could pass the freshness check.
@@ -334,14 +335,27 @@ async fn http_envelope(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let reply = match body {
-        Err(rejection) => service
-            .refuse(EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into()),
-        Ok(_) if !super::is_json_content_type(&headers) => {
-            service.refuse(EnvelopesError::BadRequest("Content-Type must be application/json".into()).into())
-        }
-        Ok(raw) => service.handle(&raw, None).await,
-    };
+    let reply =
+        match body {
+            // First of all, so an oversized body costs no parsing or signature work.
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                service.refuse(EnvelopesError::TooLarge(service.node.config.http.max_body_bytes).into())
+            }
+            Err(rejection) => service
+                .refuse(EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into()),
+            Ok(_) if !super::is_json_content_type(&headers) => service
+                .refuse(EnvelopesError::BadRequest("Content-Type must be application/json".into()).into()),
+            Ok(raw) => {
+                // Its own task: a client hanging up must not cancel an ACCEPT between
+                // consuming the offer and recording the outcome.
+                let worker = service.clone();
+                match tokio::spawn(async move { worker.handle(&raw, None).await }).await {
+                    Ok(reply) => reply,
+                    Err(error) => service
+                        .refuse(EnvelopesError::Internal(format!("the handler failed: {error}")).into()),
+                }
+            }
+        };
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, axum::Json(reply.envelope)).into_response()
 }
@@ -357,19 +371,34 @@ async fn ws_upgrade(State(service): State<Arc<Service>>, upgrade: WebSocketUpgra
 async fn ws_session(service: Arc<Service>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
     let (outgoing, mut queue) = mpsc::channel::<Value>(64);
+    let idle = Duration::from_secs(service.node.config.envelopes.ws_idle_timeout_secs);
     let writer = tokio::spawn(async move {
         while let Some(envelope) = queue.recv().await {
-            if sink
-                .send(Message::Text(envelope.to_string().into()))
-                .await
-                .is_err()
-            {
-                break;
+            let frame = Message::Text(envelope.to_string().into());
+            // A client that stops reading is let go rather than held open forever.
+            if !matches!(tokio::time::timeout(idle, sink.send(frame)).await, Ok(Ok(()))) {
+                return;
             }
         }
+        let close = Message::Close(Some(CloseFrame {
+            code: axum::extract::ws::close_code::AWAY,
+            reason: "idle".into(),
+        }));
+        let _ = tokio::time::timeout(idle, sink.send(close)).await;
     });
-    let pending = Arc::new(Semaphore::new(service.node.config.envelopes.ws_max_pending));
-    while let Some(Ok(frame)) = stream.next().await {
+    let max_pending = service.node.config.envelopes.ws_max_pending;
+    let pending = Arc::new(Semaphore::new(max_pending));
+    loop {
+        let frame = match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(_) => break,
+            // Silent, but an envelope is still running: its reply is still owed.
+            Err(_) if pending.available_permits() < max_pending => continue,
+            Err(_) => {
+                tracing::debug!(transport = "envelopes", "idle WebSocket closed");
+                break;
+            }
+        };
         let text = match frame {
             Message::Text(text) => text,
             Message::Binary(_) => {

@@ -6,10 +6,21 @@
 //!   type, invalid JSON, a non-envelope, a missing/undecodable/invalid
 //!   signature and an unknown target. [`SubmitError`] is the one place node
 //!   errors become that shape.
-//! - Beyond uagents, the node also refuses expired envelopes and replays: the
-//!   same (sender, digest) — the digest covers session, nonce, payload and
-//!   expiry — is accepted once per `uagents.replay_window_secs` (or until the
-//!   envelope expires, if later, at most a day), kept in sled.
+//! - A body over `http.max_body_bytes` is refused (413, same shape) before
+//!   anything else is done with the request.
+//! - The digest is the library's exactly: sender ‖ target ‖ session ‖
+//!   schema_digest ‖ payload? ‖ expires? ‖ nonce?, no separators. So that no two
+//!   accepted envelopes can share one signature, the node takes only what the
+//!   library produces: `schema_digest` is `model:` + 64 hex digits, `payload`
+//!   canonical base64 (ASCII), and `expires` present and within
+//!   [now, now + `uagents.max_expiry_secs`] (`uagents.require_expires`). An
+//!   `expires` then starts with a zero byte no payload has, and eight payload
+//!   characters read as an expiry lie centuries ahead, so the split of the
+//!   digest's tail is unique: an `expires` cannot be moved into `nonce` (or into
+//!   the payload) under the same signature.
+//! - Replays: the same (sender, digest) is accepted once; its entry is kept in
+//!   sled until the envelope's `expires` plus `uagents.replay_window_secs`, so it
+//!   outlives every moment the envelope could pass the expiry check.
 //! - The envelope's `schema_digest` selects the plugin (`Registry::uagents_model`);
 //!   the plugin gets the decoded message JSON, the sender's verified address
 //!   and the session. Its JSON reply goes back in the same session as the
@@ -20,7 +31,11 @@
 //! - `x-uagents-connection: sync`: the HTTP body is the signed reply envelope
 //!   (sender and target swapped, same session). Otherwise the reply is a new
 //!   signed envelope POSTed to the sender's endpoint from `uagents.peers`,
-//!   with `uagents.delivery_retries` bounded retries (no Almanac lookups).
+//!   with `uagents.delivery_retries` bounded retries (no Almanac lookups). Its
+//!   delivery slot (`uagents.max_pending_replies`) is taken before the replay
+//!   entry is recorded: when none is free the envelope is refused (503) and may
+//!   be sent again, rather than accepted and its reply dropped.
+//! - A generated seed is kept in `{data_dir}/uagents.seed`, mode 0600.
 //! - `HEAD /submit` answers uagents' readiness probe headers; `GET /agent_info`
 //!   describes the node like a uAgent (address, endpoints, protocol digests).
 
@@ -31,16 +46,18 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use rand::RngCore;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::NodeState;
 use crate::config::Config;
+use crate::crypto::identity::{create_secret_file, read_secret_file};
 use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope, ProtocolModel, UagentsCryptoError};
 use crate::runtime::manifest::PluginManifest;
 use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
@@ -54,12 +71,10 @@ pub const ERROR_MESSAGE_DIGEST: &str =
 pub const REPLY_TTL_SECS: u64 = 60;
 /// uagents' `RESPONSE_TIME_HINT_SECONDS`, sent with a ready probe.
 const RESPONSE_TIME_HINT_SECONDS: u64 = 5;
-/// Asynchronous replies in flight at once; beyond it replies are dropped and logged.
-const MAX_PENDING_DELIVERIES: usize = 64;
-/// Longest a replay entry is kept, whatever an envelope's `expires` says.
-const MAX_REPLAY_HOLD_SECS: u64 = 24 * 3600;
-/// Where a generated identity seed is kept when `uagents.seed` is empty.
+/// Where older versions kept a generated seed (in the store); moved to [`SEED_FILE`].
 const SEED_KEY: &[u8] = b"uagents.seed";
+/// The generated identity seed's file under data_dir, when `uagents.seed` is empty.
+pub const SEED_FILE: &str = "uagents.seed";
 
 #[derive(Clone)]
 struct UagentsState {
@@ -79,46 +94,55 @@ pub fn router(state: NodeState) -> Router {
             None
         }
     };
+    let deliveries = Arc::new(Semaphore::new(state.config.uagents.max_pending_replies));
     Router::new()
         .route("/submit", post(submit).head(readiness).get(running))
         .route("/agent_info", get(agent_info))
         .with_state(UagentsState {
             node: state,
             identity,
-            deliveries: Arc::new(Semaphore::new(MAX_PENDING_DELIVERIES)),
+            deliveries,
         })
 }
 
 /// The node's uAgents identity: from `uagents.seed`, else from a random seed
-/// generated once and kept in the store's meta collection.
+/// generated once and kept in `{data_dir}/uagents.seed` (owner-only).
 pub fn node_identity(config: &Config, store: &Store) -> Result<AgentIdentity, String> {
     if !config.uagents.seed.is_empty() {
         return AgentIdentity::from_seed(&config.uagents.seed).map_err(|e| e.to_string());
     }
-    let mut fresh = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut fresh);
-    let created = store
-        .insert_new(Collection::Meta, SEED_KEY, &hex::encode(fresh), None)
-        .map_err(|e| e.to_string())?;
-    if created {
-        // Flush so a crash right after start cannot change the node's address.
-        let store = store.clone();
-        tokio::spawn(async move {
-            if let Err(error) = store.commit().await {
-                tracing::warn!(%error, "could not flush the new uAgents seed");
-            }
+    let path = config.data_dir.join(SEED_FILE);
+    let shown = path.display().to_string();
+    if !path.exists() {
+        // A seed an older version kept in the store moves to the file, so the address stays.
+        let stored: Option<String> = store.get(Collection::Meta, SEED_KEY).map_err(|e| e.to_string())?;
+        let seed = stored.unwrap_or_else(|| {
+            let mut fresh = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut fresh);
+            hex::encode(fresh)
         });
+        match create_secret_file(&path, seed.as_bytes()) {
+            Ok(()) => {}
+            // Another start got there first: its seed is the one.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(format!("cannot write {shown}: {error}")),
+        }
+        store
+            .remove(Collection::Meta, SEED_KEY)
+            .map_err(|e| e.to_string())?;
     }
-    let seed: String = store
-        .get(Collection::Meta, SEED_KEY)
-        .map_err(|e| e.to_string())?
-        .ok_or("the stored uAgents seed vanished")?;
-    AgentIdentity::from_seed(&seed).map_err(|e| e.to_string())
+    let bytes = read_secret_file(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let seed = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8"))?;
+    AgentIdentity::from_seed(seed.trim()).map_err(|e| e.to_string())
 }
 
 /// Why an envelope was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
+    #[error("envelope too large: the limit is {0} bytes")]
+    TooLarge(usize),
+    #[error("unable to read the request body")]
+    UnreadableBody,
     #[error("missing header: content-type")]
     MissingContentType,
     #[error("invalid content-type")]
@@ -133,6 +157,12 @@ pub enum SubmitError {
     UnknownTarget,
     #[error("envelope expired")]
     Expired,
+    #[error("envelope has no expiry")]
+    NoExpiry,
+    #[error("envelope expiry is more than {0} seconds ahead")]
+    ExpiresTooLate(u64),
+    #[error("invalid schema digest")]
+    BadSchemaDigest,
     #[error("envelope already received")]
     Replayed,
     #[error("unable to decode payload: {0}")]
@@ -153,6 +183,7 @@ impl IntoResponse for SubmitError {
     /// The one place node errors become uagents' `{"error": …}` shape.
     fn into_response(self) -> Response {
         let status = match self {
+            SubmitError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             SubmitError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             SubmitError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
@@ -181,8 +212,16 @@ struct ReplyMessage {
 async fn submit(
     State(state): State<UagentsState>,
     headers: HeaderMap,
-    raw: Bytes,
+    raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, SubmitError> {
+    // First of all, so an oversized body costs no parsing or signature work.
+    let raw = raw.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            SubmitError::TooLarge(state.node.config.http.max_body_bytes)
+        } else {
+            SubmitError::UnreadableBody
+        }
+    })?;
     let content_type = headers
         .get(axum::http::header::CONTENT_TYPE)
         .ok_or(SubmitError::MissingContentType)?;
@@ -208,10 +247,21 @@ async fn submit(
         return Err(SubmitError::UnknownTarget);
     }
     let now = now_secs();
-    if envelope.expires.is_some_and(|expires| expires < now) {
-        return Err(SubmitError::Expired);
-    }
+    check_policy(&state.node.config, &envelope, now)?;
     let message = envelope.decode_payload().map_err(SubmitError::BadPayload)?;
+    // An asynchronous reply's slot is taken before the replay entry: an envelope
+    // refused for want of one was never recorded and can be sent again.
+    let delivery = if sync || !state.node.config.uagents.peers.contains_key(&envelope.sender) {
+        None
+    } else {
+        Some(
+            state
+                .deliveries
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| SubmitError::Overloaded)?,
+        )
+    };
     let replay_key = claim_once(&state, &envelope, now)?;
 
     let registry = state.node.runtime.registry();
@@ -263,28 +313,42 @@ async fn submit(
         )
             .into_response());
     }
-    spawn_delivery(&state, reply_envelope);
+    spawn_delivery(&state, reply_envelope, delivery);
     Ok(empty_ok())
+}
+
+/// Refuse what uagents never sends and what would make the digest ambiguous (module doc).
+fn check_policy(config: &Config, envelope: &Envelope, now: u64) -> Result<(), SubmitError> {
+    if !ucrypto::is_model_digest(&envelope.schema_digest) {
+        return Err(SubmitError::BadSchemaDigest);
+    }
+    match envelope.expires {
+        Some(expires) if expires < now => Err(SubmitError::Expired),
+        Some(expires) if expires - now > config.uagents.max_expiry_secs => {
+            Err(SubmitError::ExpiresTooLate(config.uagents.max_expiry_secs))
+        }
+        Some(_) => Ok(()),
+        None if config.uagents.require_expires => Err(SubmitError::NoExpiry),
+        None => Ok(()),
+    }
 }
 
 fn empty_ok() -> Response {
     (StatusCode::OK, axum::Json(json!({}))).into_response()
 }
 
-/// Accept a (sender, digest) once within the replay window; returns the key it holds.
+/// Accept a (sender, digest) once for as long as the envelope could be valid; returns
+/// the key it holds. `expires` is at most `max_expiry_secs` ahead (checked before), so
+/// the entry's life is bounded.
 fn claim_once(state: &UagentsState, envelope: &Envelope, now: u64) -> Result<Vec<u8>, SubmitError> {
     let key = format!("uagents\0{}\0{}", envelope.sender, hex::encode(envelope.digest())).into_bytes();
     let window = state.node.config.uagents.replay_window_secs;
-    let until_expiry = envelope
-        .expires
-        .map(|expires| expires.saturating_sub(now).min(MAX_REPLAY_HOLD_SECS))
-        .unwrap_or(0);
-    let hold_ms = window.max(until_expiry).saturating_mul(1000);
+    let until_secs = envelope.expires.unwrap_or(now).max(now).saturating_add(window);
     let first = state.node.store.insert_new(
         Collection::Replay,
         &key,
         &now,
-        Some(now_ms().saturating_add(hold_ms)),
+        Some(until_secs.saturating_mul(1000)),
     )?;
     if first {
         Ok(key)
@@ -372,15 +436,12 @@ fn sign_reply(identity: &AgentIdentity, request: &Envelope, reply: ReplyMessage)
     envelope
 }
 
-/// Deliver an asynchronous reply in the background to the sender's configured endpoint.
-fn spawn_delivery(state: &UagentsState, envelope: Envelope) {
+/// Deliver an asynchronous reply in the background to the sender's configured endpoint,
+/// holding the delivery slot taken when the envelope was accepted.
+fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<OwnedSemaphorePermit>) {
     let config = &state.node.config;
-    let Some(url) = config.uagents.peers.get(&envelope.target).cloned() else {
+    let (Some(url), Some(permit)) = (config.uagents.peers.get(&envelope.target).cloned(), permit) else {
         tracing::warn!(transport = "uagents", target = %envelope.target, "no endpoint for this sender in uagents.peers; reply dropped");
-        return;
-    };
-    let Ok(permit) = state.deliveries.clone().try_acquire_owned() else {
-        tracing::warn!(transport = "uagents", target = %envelope.target, "too many replies in flight; reply dropped");
         return;
     };
     let retries = config.uagents.delivery_retries;
