@@ -89,8 +89,9 @@ impl ConnectionCaps {
     }
 }
 
-/// IPv4 addresses (and IPv4-mapped IPv6) as they are; IPv6 by its /64.
-fn client_key(ip: IpAddr) -> IpAddr {
+/// The client every per-address limit of the node counts by: IPv4 addresses
+/// (and IPv4-mapped IPv6) as they are; IPv6 by its /64.
+pub fn client_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

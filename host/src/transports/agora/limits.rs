@@ -32,18 +32,9 @@ pub enum Refusal {
     RateLimited { per_minute: u32, retry_after: u64 },
 }
 
-/// The address a client's quota is charged to.
+/// The address a client's quota is charged to (the listener's rule, as text for the store).
 pub fn client_key(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-            }
-        },
-    }
+    crate::listener::caps::client_key(ip).to_string()
 }
 
 struct Live {

@@ -133,20 +133,8 @@ fn strip_default_port<'a>(scheme: &str, authority: &'a str) -> &'a str {
     authority.strip_suffix(default).unwrap_or(authority)
 }
 
-/// What the per-address limits count by.
-pub fn client_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut segments = v6.segments();
-                segments[4..].fill(0);
-                IpAddr::V6(segments.into())
-            }
-        },
-    }
-}
+/// What the per-address limits count by (the listener's rule, for every limit).
+pub use crate::listener::caps::client_key;
 
 #[cfg(test)]
 mod tests {
