@@ -2,6 +2,8 @@
 //! node's `GET /ws`, speaking `hai-protocol.md` as the browser client does:
 //! connect with `?session_id=…` (which starts the session), send
 //! `user_message`s, read `assistant_message_chunk`s up to `status: completed`.
+//! The node's `session` frame (the new session's secret) is read and ignored:
+//! each driver session lives on one connection and never needs its secret.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,6 +44,11 @@ async fn next_frame(socket: &mut Socket) -> Result<Value> {
             _ => continue,
         }
     }
+}
+
+/// The frame that hands a new session's id and secret to the connection that created it.
+fn is_session_frame(text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok_and(|frame| frame["type"] == "session")
 }
 
 /// Time to first chunk, one message at a time (low load): from sending a
@@ -143,6 +150,7 @@ impl IdleSessions {
                         .ok_or_else(|| anyhow!("session {index}: closed by the node"))??;
                     match message {
                         Message::Pong(_) => return Ok::<_, anyhow::Error>(socket),
+                        Message::Text(text) if is_session_frame(text.as_str()) => {}
                         Message::Text(text) => bail!("session {index}: {text}"),
                         Message::Close(frame) => bail!("session {index}: closed: {frame:?}"),
                         _ => {}
@@ -158,7 +166,7 @@ impl IdleSessions {
             self.tasks.push(tokio::spawn(async move {
                 while let Some(message) = socket.next().await {
                     match message {
-                        Ok(Message::Text(_)) => {
+                        Ok(Message::Text(text)) if !is_session_frame(text.as_str()) => {
                             errors.fetch_add(1, Ordering::Relaxed);
                         }
                         Ok(Message::Close(_)) | Err(_) => break,
