@@ -1,19 +1,16 @@
 //! Connection caps: in total and per client address.
 //!
 //! Each connection holds a [`ConnectionPermit`] for as long as its socket is
-//! open; the permit lives inside the socket ([`Counted`]) so that a connection
+//! open; the permit lives inside the socket ([`super::socket::Counted`]) so that a connection
 //! upgraded to a WebSocket keeps counting. IPv6 clients are counted by their /64,
 //! the block one subscriber usually gets, so one host cannot dodge the per-address
 //! cap by walking through its own addresses.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::metrics::{Metrics, ReasonLabels};
 
@@ -122,61 +119,6 @@ impl Drop for ConnectionPermit {
         }
         drop(open);
         self.caps.metrics.connections_open.dec();
-    }
-}
-
-/// A socket that holds its connection permit until it is dropped.
-pub struct Counted<S> {
-    stream: S,
-    _permit: ConnectionPermit,
-}
-
-impl<S> Counted<S> {
-    pub fn new(stream: S, permit: ConnectionPermit) -> Counted<S> {
-        Counted {
-            stream,
-            _permit: permit,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 

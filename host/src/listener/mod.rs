@@ -14,6 +14,10 @@
 //!   `http.header_timeout_ms` (hyper restarts that clock whenever a keep-alive
 //!   connection waits for its next request, so it also bounds idle connections),
 //!   and headers are capped at `http.max_header_bytes` (431 beyond).
+//! - **Closing** ([`socket`]): a connection the node ends is closed lingering
+//!   (write side first, then what the client still sends is read and dropped,
+//!   within the discard bounds below), so a refusal sent while the client is still
+//!   writing reaches it instead of a reset.
 //! - **Bodies** ([`body`]): a body declared larger than `http.max_body_bytes` is
 //!   refused before anything reads it, and every body a handler leaves unread (too
 //!   large, or refused before it was read) is read and thrown away within
@@ -26,6 +30,7 @@
 
 pub mod body;
 pub mod caps;
+pub mod socket;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -106,7 +111,11 @@ pub async fn serve(
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
         }
-        let io = TokioIo::new(caps::Counted::new(tcp, permit));
+        let linger = socket::Linger {
+            max_bytes: limits.body.discard_bytes,
+            timeout: limits.body.discard_timeout,
+        };
+        let io = TokioIo::new(socket::Counted::new(tcp, permit, linger));
         let router = router.clone();
         let request_limits = limits.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
