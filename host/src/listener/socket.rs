@@ -109,7 +109,9 @@ impl AsyncWrite for Counted {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.as_ref().is_some_and(|stream| stream.is_write_vectored())
+        self.stream
+            .as_ref()
+            .is_some_and(|stream| stream.is_write_vectored())
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
