@@ -330,7 +330,7 @@ fn a_flood_of_fresh_keys_does_not_lock_out_anyone() {
     );
 }
 
-fn primes_request(agent: &Agent, params: Value) -> Value {
+pub(crate) fn primes_request(agent: &Agent, params: Value) -> Value {
     agent.envelope(
         "REQUEST",
         json!({"resource": "agora:primes:v1", "params": params}),

@@ -5,6 +5,7 @@ mod support;
 
 mod agora;
 mod arena;
+mod crash;
 mod envelopes;
 mod hai;
 mod host;

@@ -408,7 +408,12 @@ fn agent() -> ureq::Agent {
 }
 
 fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> HttpReply {
-    let mut response = response.expect("HTTP request failed");
+    try_finish(response).expect("HTTP request failed")
+}
+
+/// A reply read whole, or why there is none (refused, reset, cut off mid-body).
+fn try_finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<HttpReply, String> {
+    let mut response = response.map_err(|e| e.to_string())?;
     let status = response.status().as_u16();
     let content_type = response
         .headers()
@@ -421,12 +426,12 @@ fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Ht
         .with_config()
         .limit(64 << 20)
         .read_to_string()
-        .unwrap_or_default();
-    HttpReply {
+        .map_err(|e| format!("reading the body: {e}"))?;
+    Ok(HttpReply {
         status,
         content_type,
         body,
-    }
+    })
 }
 
 pub fn post(url: &str, content_type: &str, body: &[u8]) -> HttpReply {
@@ -434,11 +439,16 @@ pub fn post(url: &str, content_type: &str, body: &[u8]) -> HttpReply {
 }
 
 pub fn post_with_headers(url: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
+    try_post_with_headers(url, headers, body).expect("HTTP request failed")
+}
+
+/// A POST that reports a failed exchange instead of panicking (a node killed mid-request).
+pub fn try_post_with_headers(url: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<HttpReply, String> {
     let mut request = agent().post(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    finish(request.send(body))
+    try_finish(request.send(body))
 }
 
 pub fn post_json(url: &str, body: &serde_json::Value) -> HttpReply {
