@@ -365,6 +365,15 @@ pub struct HaiConfig {
     pub max_pending_approvals_per_connection: usize,
 }
 
+/// `AGORA_*` variables as configuration keys (`__` nests). `AGORA_CLI_*` are
+/// the client commands' own settings (`AGORA_CLI_UAGENTS_SEED`): with unknown
+/// keys denied they would stop the node from starting, so they are skipped.
+fn env_layer() -> Env {
+    Env::prefixed("AGORA_")
+        .filter(|key| !key.as_str().to_ascii_lowercase().starts_with("cli_"))
+        .split("__")
+}
+
 /// Values given on the command line; only those set override the layers below.
 #[derive(Debug, Default)]
 pub struct CliOverrides {
@@ -386,7 +395,7 @@ impl Config {
             }
             None => figment = figment.merge(Toml::file("config/agora.toml")),
         }
-        figment = figment.merge(Env::prefixed("AGORA_").split("__"));
+        figment = figment.merge(env_layer());
         if let Some(listen) = &overrides.listen {
             figment = figment.merge(Serialized::default("listen", listen));
         }

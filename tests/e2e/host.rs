@@ -361,6 +361,19 @@ fn a_bad_config_value_stops_start_up_naming_the_key() {
 }
 
 #[test]
+fn client_command_variables_do_not_stop_serve() {
+    // An unknown AGORA_ key is refused (the old name of the seed variable was one)...
+    let stderr = run_node_expecting_failure(&[], &[("AGORA_UAGENTS_CLIENT_SEED", "seed")]);
+    assert!(stderr.contains("uagents_client_seed"), "{stderr}");
+    // ...but the client commands' AGORA_CLI_* variables are not configuration.
+    let node = TestNode::builder()
+        .env("AGORA_CLI_UAGENTS_SEED", "my client seed")
+        .env("AGORA_CLI__NESTED__KEY", "1")
+        .start();
+    assert_eq!(support::get(&node.url("/health")).status, 200);
+}
+
+#[test]
 fn config_layers_apply_in_order_file_env_flag() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("custom.toml");

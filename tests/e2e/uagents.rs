@@ -648,7 +648,7 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
             .args(["--json", &json!({ "text": text }).to_string()])
             .args(["--timeout", "20"])
             .args(extra)
-            .env("AGORA_UAGENTS_CLIENT_SEED", SENDER_SEED)
+            .env("AGORA_CLI_UAGENTS_SEED", SENDER_SEED)
             .output()
             .unwrap();
         assert!(
