@@ -19,6 +19,8 @@ pub enum ScaffoldError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("language {0:?} is not supported (rust, python and js are)")]
     Language(String),
+    #[error("cannot edit {path}: {reason}")]
+    Manifest { path: PathBuf, reason: String },
 }
 
 /// Where the SDK lives relative to this binary's source tree.
@@ -168,32 +170,68 @@ export_plugin!(Handler);
     )
 }
 
-/// Add `dir` to the `exclude` list of the workspace at `root` (creating the list if needed).
+/// Add `dir` to the `exclude` list of the workspace at `root`.
 fn exclude_from_workspace(root: &Path, dir: &Path) -> Result<(), ScaffoldError> {
     let manifest = root.join("Cargo.toml");
-    let write_error = |source| ScaffoldError::Write {
+    let text = std::fs::read_to_string(&manifest).map_err(|source| ScaffoldError::Write {
         path: manifest.clone(),
         source,
-    };
-    let text = std::fs::read_to_string(&manifest).map_err(write_error)?;
+    })?;
     let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let relative = absolute
-        .strip_prefix(root)
-        .unwrap_or(&absolute)
-        .display()
-        .to_string();
-    let entry = format!("\"{relative}\"");
-    if text.contains(&entry) {
-        return Ok(());
-    }
-    let updated = match text.find("exclude = [") {
-        Some(at) => {
-            let insert = at + "exclude = [".len();
-            format!("{}{entry}, {}", &text[..insert], &text[insert..])
-        }
-        None => text.replacen("[workspace]\n", &format!("[workspace]\nexclude = [{entry}]\n"), 1),
+    let relative = absolute.strip_prefix(root).unwrap_or(&absolute);
+    // Cargo reads `/` on every platform.
+    let entry = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    let invalid = |reason: String| ScaffoldError::Manifest {
+        path: manifest.clone(),
+        reason,
     };
-    std::fs::write(&manifest, updated).map_err(write_error)
+    if let Some(updated) = with_excluded(&text, &entry).map_err(invalid)? {
+        std::fs::write(&manifest, updated).map_err(|source| ScaffoldError::Write {
+            path: manifest.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// `manifest` with `entry` added to `[workspace] exclude` (the table and the
+/// list created when missing), its comments and layout kept; `None` when the
+/// entry is already there. A new entry of a multi-line list goes on a line of
+/// its own, indented like the one before it.
+fn with_excluded(manifest: &str, entry: &str) -> Result<Option<String>, String> {
+    let mut document: toml_edit::DocumentMut = manifest.parse().map_err(|e| format!("not TOML: {e}"))?;
+    let workspace = document
+        .entry("workspace")
+        .or_insert(toml_edit::table())
+        .as_table_like_mut()
+        .ok_or("`workspace` is not a table")?;
+    let exclude = workspace
+        .entry("exclude")
+        .or_insert(toml_edit::value(toml_edit::Array::new()))
+        .as_array_mut()
+        .ok_or("`workspace.exclude` is not a list")?;
+    if exclude.iter().any(|item| item.as_str() == Some(entry)) {
+        return Ok(None);
+    }
+    let own_line = exclude
+        .iter()
+        .last()
+        .map(|item| item.decor().clone())
+        .filter(|decor| {
+            decor
+                .prefix()
+                .and_then(|p| p.as_str())
+                .is_some_and(|p| p.contains('\n'))
+        });
+    exclude.push(entry);
+    if let (Some(decor), Some(added)) = (own_line, exclude.iter_mut().last()) {
+        *added.decor_mut() = decor;
+    }
+    Ok(Some(document.to_string()))
 }
 
 fn write_files<P: AsRef<Path>>(dir: &Path, files: Vec<(P, String)>) -> Result<PathBuf, ScaffoldError> {
@@ -460,5 +498,41 @@ mod tests {
         let app = std::fs::read_to_string(parent.path().join("demo-python/app.py")).unwrap();
         assert!(app.contains("from wit_world.imports import types"), "{app}");
         assert!(parent.path().join("demo-js/tsconfig.json").is_file());
+    }
+
+    #[test]
+    fn workspace_exclude_is_added_to_an_inline_list() {
+        let manifest =
+            "# the workspace\n[workspace]\nmembers = [\"host\"]\nexclude = [\"plugins/js\"] # scripted\n";
+        assert_eq!(
+            with_excluded(manifest, "plugins/py").unwrap().unwrap(),
+            "# the workspace\n[workspace]\nmembers = [\"host\"]\nexclude = [\"plugins/js\", \"plugins/py\"] # scripted\n"
+        );
+    }
+
+    #[test]
+    fn workspace_exclude_is_added_to_a_multi_line_list_on_its_own_line() {
+        let manifest = "[workspace]\nexclude = [\n    \"plugins/js\",\n    \"plugins/ts\",\n]\nmembers = [\"host\"]\n\n[profile.dev]\nopt-level = 1\n";
+        let updated = with_excluded(manifest, "plugins/py").unwrap().unwrap();
+        assert_eq!(
+            updated,
+            "[workspace]\nexclude = [\n    \"plugins/js\",\n    \"plugins/ts\",\n    \"plugins/py\",\n]\nmembers = [\"host\"]\n\n[profile.dev]\nopt-level = 1\n"
+        );
+        assert_eq!(with_excluded(&updated, "plugins/py").unwrap(), None, "added once");
+    }
+
+    #[test]
+    fn workspace_exclude_is_created_when_missing() {
+        let manifest =
+            "[workspace]\nmembers = [\"host\", \"plugins/*\"]\n\n[workspace.package]\nedition = \"2024\"\n";
+        let updated = with_excluded(manifest, "plugins/py").unwrap().unwrap();
+        assert_eq!(
+            updated,
+            "[workspace]\nmembers = [\"host\", \"plugins/*\"]\nexclude = [\"plugins/py\"]\n\n[workspace.package]\nedition = \"2024\"\n"
+        );
+        let parsed: toml_edit::DocumentMut = updated.parse().unwrap();
+        assert_eq!(parsed["workspace"]["exclude"][0].as_str(), Some("plugins/py"));
+        assert!(with_excluded("workspace = 3\n", "x").is_err());
+        assert!(with_excluded("[workspace\n", "x").is_err());
     }
 }
