@@ -424,13 +424,28 @@ fn config_layers_apply_in_order_file_env_flag() {
 }
 
 #[test]
-fn scaffolded_plugin_builds_and_loads() {
+fn scaffolded_plugin_outside_the_repo_builds_with_its_vendored_sdk_and_loads() {
     let dir = tempfile::tempdir().unwrap();
+    assert!(!dir.path().starts_with(support::repo_root()));
     let crate_dir = crate::scripting::scaffold("demo-echo", "rust", dir.path());
+    // The SDK comes from the binary, not from this source tree.
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains(r#"agora-plugin-sdk = { path = "vendor/agora-plugin-sdk" }"#),
+        "{manifest}"
+    );
+    let root = support::repo_root().canonicalize().unwrap();
+    assert!(!manifest.contains(root.to_str().unwrap()), "{manifest}");
+    assert_eq!(
+        std::fs::read_to_string(crate_dir.join("vendor/agora-plugin-sdk/src/lib.rs")).unwrap(),
+        std::fs::read_to_string(root.join("plugin-sdk/src/lib.rs")).unwrap()
+    );
+    // Offline: the scaffold's Cargo.lock pins what the node's workspace already fetched.
     let build = std::process::Command::new("cargo")
         .args([
             "build",
             "--quiet",
+            "--offline",
             "--profile",
             "release",
             "--target",
