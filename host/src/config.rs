@@ -87,6 +87,9 @@ pub struct PluginsConfig {
     pub dir: PathBuf,
     /// Compiled-artifact cache; empty means `{data_dir}/cache`.
     pub cache_dir: PathBuf,
+    /// Size the compile cache is trimmed to, least recently used first; entries
+    /// of loaded plugins are never evicted.
+    pub cache_max_mb: u64,
     /// Largest `.wasm` file accepted.
     pub max_file_mb: u64,
     /// Linear memory one instance may grow to.
