@@ -71,6 +71,21 @@ fn text_files(dir: &'static Dir<'static>) -> Vec<(String, String)> {
     files
 }
 
+/// The plugin contract this binary speaks and scaffolds: the SDK's version
+/// and the WIT package (`agora:node@0.1.0`).
+pub fn plugin_contract() -> String {
+    let wit = WIT
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("package "))
+        .map_or("unknown", |package| package.trim_end_matches(';').trim());
+    let sdk = standalone_sdk_manifest()
+        .ok()
+        .and_then(|manifest| manifest.parse::<toml_edit::DocumentMut>().ok())
+        .and_then(|manifest| Some(manifest.get("package")?.get("version")?.as_str()?.to_string()))
+        .unwrap_or_else(|| "unknown".to_string());
+    format!("plugin SDK {sdk}, WIT {wit}")
+}
+
 /// The one command that builds a scaffolded plugin of `lang` (run in its folder).
 pub fn build_line(lang: &str, name: &str) -> String {
     match lang {

@@ -630,3 +630,23 @@ fn protocol_hash_prints_the_documents_sha1_in_hex_and_base64() {
     use base64::Engine as _;
     assert_eq!(lines[1], base64::engine::general_purpose::STANDARD.encode(digest));
 }
+
+#[test]
+fn version_names_the_node_the_sdk_and_the_wit_package() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let wit = std::fs::read_to_string(support::repo_root().join("plugin-sdk/wit/agora-node.wit")).unwrap();
+    let package = wit
+        .lines()
+        .find_map(|line| line.strip_prefix("package "))
+        .unwrap()
+        .trim_end_matches(';');
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("agora-node {version} (plugin SDK {version}, WIT {package})")
+    );
+}
