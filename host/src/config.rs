@@ -87,6 +87,9 @@ pub struct PluginsConfig {
     pub dir: PathBuf,
     /// Compiled-artifact cache; empty means `{data_dir}/cache`.
     pub cache_dir: PathBuf,
+    /// Size the compile cache is trimmed to, least recently used first; entries
+    /// of loaded plugins are never evicted.
+    pub cache_max_mb: u64,
     /// Largest `.wasm` file accepted.
     pub max_file_mb: u64,
     /// Linear memory one instance may grow to.
@@ -365,6 +368,15 @@ pub struct HaiConfig {
     pub max_pending_approvals_per_connection: usize,
 }
 
+/// `AGORA_*` variables as configuration keys (`__` nests). `AGORA_CLI_*` are
+/// the client commands' own settings (`AGORA_CLI_UAGENTS_SEED`): with unknown
+/// keys denied they would stop the node from starting, so they are skipped.
+fn env_layer() -> Env {
+    Env::prefixed("AGORA_")
+        .filter(|key| !key.as_str().to_ascii_lowercase().starts_with("cli_"))
+        .split("__")
+}
+
 /// Values given on the command line; only those set override the layers below.
 #[derive(Debug, Default)]
 pub struct CliOverrides {
@@ -386,7 +398,7 @@ impl Config {
             }
             None => figment = figment.merge(Toml::file("config/agora.toml")),
         }
-        figment = figment.merge(Env::prefixed("AGORA_").split("__"));
+        figment = figment.merge(env_layer());
         if let Some(listen) = &overrides.listen {
             figment = figment.merge(Serialized::default("listen", listen));
         }

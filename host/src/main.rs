@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use agora_node::cli;
 use agora_node::config::{CliOverrides, Config, LogFormat};
 use agora_node::crypto::identity::NodeIdentity;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -171,9 +171,24 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// `--version`: the node's version and the plugin contract it speaks, so a
+/// plugin author can tell which SDK and WIT world a binary loads.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        agora_node::scaffold::plugin_contract()
+    )
+});
+
+fn parse_cli() -> Cli {
+    let matches = Cli::command().version(VERSION.as_str()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    match run(parse_cli()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("agora-node: {error}");

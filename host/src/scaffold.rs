@@ -19,9 +19,12 @@ pub enum ScaffoldError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("language {0:?} is not supported (rust, python and js are)")]
     Language(String),
+    #[error("cannot edit {path}: {reason}")]
+    Manifest { path: PathBuf, reason: String },
 }
 
 /// Where the SDK lives relative to this binary's source tree.
+#[cfg(test)]
 fn sdk_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-sdk")
 }
@@ -44,20 +47,43 @@ static PYTHON_BINDINGS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../plugin-sd
 /// jco's TypeScript declarations of the world plus `agora-plugin.js`.
 static JS_BINDINGS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../plugin-sdk/bindings/js");
 
-/// Every text file of an embedded bindings folder, under `bindings/` (caches left out).
+/// Every text file of an embedded bindings folder, under `bindings/`.
 fn bindings(dir: &'static Dir<'static>) -> Vec<(String, String)> {
+    text_files(dir)
+        .into_iter()
+        .map(|(path, text)| (format!("bindings/{path}"), text))
+        .collect()
+}
+
+/// Every text file of an embedded folder by its path in it (Python caches left out).
+fn text_files(dir: &'static Dir<'static>) -> Vec<(String, String)> {
     let mut files = Vec::new();
     let mut folders = vec![dir];
     while let Some(folder) = folders.pop() {
         folders.extend(folder.dirs().filter(|d| !d.path().ends_with("__pycache__")));
         for file in folder.files() {
             if let Some(text) = file.contents_utf8() {
-                files.push((format!("bindings/{}", file.path().display()), text.to_string()));
+                files.push((file.path().display().to_string(), text.to_string()));
             }
         }
     }
     files.sort();
     files
+}
+
+/// The plugin contract this binary speaks and scaffolds: the SDK's version
+/// and the WIT package (`agora:node@0.1.0`).
+pub fn plugin_contract() -> String {
+    let wit = WIT
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("package "))
+        .map_or("unknown", |package| package.trim_end_matches(';').trim());
+    let sdk = standalone_sdk_manifest()
+        .ok()
+        .and_then(|manifest| manifest.parse::<toml_edit::DocumentMut>().ok())
+        .and_then(|manifest| Some(manifest.get("package")?.get("version")?.as_str()?.to_string()))
+        .unwrap_or_else(|| "unknown".to_string());
+    format!("plugin SDK {sdk}, WIT {wit}")
 }
 
 /// The one command that builds a scaffolded plugin of `lang` (run in its folder).
@@ -100,12 +126,21 @@ pub fn new_plugin(name: &str, parent: &Path, lang: &str) -> Result<PathBuf, Scaf
         return Ok(created);
     }
     let in_workspace = enclosing_workspace(parent);
-    let sdk = match &in_workspace {
-        Some(root) => pathdiff(
-            &root.join("plugin-sdk"),
-            &std::path::absolute(&dir).unwrap_or(dir.clone()),
+    let (sdk, vendored) = match &in_workspace {
+        Some(root) => (
+            pathdiff(
+                &root.join("plugin-sdk"),
+                &std::path::absolute(&dir).unwrap_or(dir.clone()),
+            ),
+            Vec::new(),
         ),
-        None => std::path::absolute(sdk_dir()).unwrap_or_else(|_| sdk_dir()),
+        None => (
+            PathBuf::from(VENDORED_SDK),
+            vendored_sdk().map_err(|reason| ScaffoldError::Manifest {
+                path: dir.join(VENDORED_SDK).join("Cargo.toml"),
+                reason,
+            })?,
+        ),
     };
     let standalone = if in_workspace.is_some() {
         ""
@@ -154,46 +189,175 @@ export_plugin!(Handler);
 "#
     );
     let readme = format!(
-        "# {name}\n\nBuild: `cargo build --profile plugin --target wasm32-wasip2` (in the node's workspace, `agora-node dev` rebuilds it on save).\nCopy `{wasm}.wasm` into the node's plugins folder; the node loads it within a second.\n",
-        wasm = name.replace('-', "_")
+        "# {name}\n\nBuild: `cargo build --profile plugin --target wasm32-wasip2` (in the node's workspace, `agora-node dev` rebuilds it on save).\nCopy `{wasm}.wasm` into the node's plugins folder; the node loads it within a second.\n{vendor}",
+        wasm = name.replace('-', "_"),
+        vendor = if in_workspace.is_some() {
+            String::new()
+        } else {
+            format!(
+                "\n`{VENDORED_SDK}` is the node's plugin SDK, copied from the `agora-node` binary that scaffolded this plugin;\n`Cargo.lock` pins the versions that node was built with.\n"
+            )
+        }
     );
-    write_files(
-        &dir,
-        vec![
-            ("Cargo.toml", cargo),
-            ("protocol.md", echo_document(name)),
-            ("src/lib.rs", lib),
-            ("README.md", readme),
-        ],
-    )
+    let mut files = vec![
+        ("Cargo.toml".to_string(), cargo),
+        ("protocol.md".to_string(), echo_document(name)),
+        ("src/lib.rs".to_string(), lib),
+        ("README.md".to_string(), readme),
+    ];
+    files.extend(vendored);
+    write_files(&dir, files)
 }
 
-/// Add `dir` to the `exclude` list of the workspace at `root` (creating the list if needed).
+/// Where a plugin scaffolded outside the node's source tree keeps its copy of the SDK.
+const VENDORED_SDK: &str = "vendor/agora-plugin-sdk";
+
+/// The SDK's sources, its manifest and the workspace's lock file, embedded so a
+/// plugin scaffolded anywhere builds with the SDK (and the dependency versions)
+/// this node was built and tested with.
+static SDK_SOURCES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../plugin-sdk/src");
+const SDK_MANIFEST: &str = include_str!("../../plugin-sdk/Cargo.toml");
+const WORKSPACE_MANIFEST: &str = include_str!("../../Cargo.toml");
+const WORKSPACE_LOCK: &str = include_str!("../../Cargo.lock");
+
+/// The files of a standalone plugin's vendored SDK, and its `Cargo.lock`
+/// (cargo drops the entries the plugin does not use).
+fn vendored_sdk() -> Result<Vec<(String, String)>, String> {
+    let mut files = vec![
+        (format!("{VENDORED_SDK}/Cargo.toml"), standalone_sdk_manifest()?),
+        (format!("{VENDORED_SDK}/wit/agora-node.wit"), WIT.to_string()),
+        ("Cargo.lock".to_string(), WORKSPACE_LOCK.to_string()),
+    ];
+    for (path, text) in text_files(&SDK_SOURCES) {
+        files.push((format!("{VENDORED_SDK}/src/{path}"), text));
+    }
+    Ok(files)
+}
+
+/// The SDK's manifest with what it inherits from the node's workspace
+/// (`edition.workspace = true`, `serde.workspace = true`) written out.
+fn standalone_sdk_manifest() -> Result<String, String> {
+    use toml_edit::{DocumentMut, Item};
+    let parse = |text: &str| text.parse::<DocumentMut>().map_err(|e| e.to_string());
+    let workspace = parse(WORKSPACE_MANIFEST)?;
+    let shared = |section: &str, key: &str| {
+        workspace
+            .get("workspace")
+            .and_then(|w| w.get(section))
+            .and_then(|s| s.get(key))
+            .ok_or_else(|| format!("the workspace does not define {section}.{key}"))
+    };
+    let mut sdk = parse(SDK_MANIFEST)?;
+    let inherited = |item: &Item| item.get("workspace").and_then(Item::as_bool) == Some(true);
+    if let Some(package) = sdk.get_mut("package").and_then(Item::as_table_like_mut) {
+        for (key, item) in package.iter_mut() {
+            if inherited(item) {
+                *item = shared("package", key.get())?.clone();
+            }
+        }
+    }
+    for section in ["dependencies", "build-dependencies", "dev-dependencies"] {
+        let Some(dependencies) = sdk.get_mut(section).and_then(Item::as_table_like_mut) else {
+            continue;
+        };
+        for (name, item) in dependencies.iter_mut() {
+            if !inherited(item) {
+                continue;
+            }
+            let shared = shared("dependencies", name.get())?;
+            let mut dependency = match shared.as_value() {
+                Some(toml_edit::Value::InlineTable(table)) => table.clone(),
+                Some(version) => {
+                    let mut table = toml_edit::InlineTable::new();
+                    table.insert("version", version.clone());
+                    table
+                }
+                None => return Err(format!("workspace.dependencies.{} is not inline", name.get())),
+            };
+            // What the member adds to the shared dependency (features add up).
+            if let Some(own) = item.as_table_like() {
+                for (key, value) in own.iter().filter(|(key, _)| *key != "workspace") {
+                    let Some(value) = value.as_value() else { continue };
+                    let features = dependency
+                        .get_mut("features")
+                        .and_then(toml_edit::Value::as_array_mut);
+                    match (key, features, value.as_array()) {
+                        ("features", Some(features), Some(more)) => features.extend(more.iter().cloned()),
+                        _ => {
+                            dependency.insert(key, value.clone());
+                        }
+                    }
+                }
+            }
+            dependency.fmt();
+            *item = toml_edit::value(dependency);
+        }
+    }
+    Ok(sdk.to_string())
+}
+
+/// Add `dir` to the `exclude` list of the workspace at `root`.
 fn exclude_from_workspace(root: &Path, dir: &Path) -> Result<(), ScaffoldError> {
     let manifest = root.join("Cargo.toml");
-    let write_error = |source| ScaffoldError::Write {
+    let text = std::fs::read_to_string(&manifest).map_err(|source| ScaffoldError::Write {
         path: manifest.clone(),
         source,
-    };
-    let text = std::fs::read_to_string(&manifest).map_err(write_error)?;
+    })?;
     let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let relative = absolute
-        .strip_prefix(root)
-        .unwrap_or(&absolute)
-        .display()
-        .to_string();
-    let entry = format!("\"{relative}\"");
-    if text.contains(&entry) {
-        return Ok(());
-    }
-    let updated = match text.find("exclude = [") {
-        Some(at) => {
-            let insert = at + "exclude = [".len();
-            format!("{}{entry}, {}", &text[..insert], &text[insert..])
-        }
-        None => text.replacen("[workspace]\n", &format!("[workspace]\nexclude = [{entry}]\n"), 1),
+    let relative = absolute.strip_prefix(root).unwrap_or(&absolute);
+    // Cargo reads `/` on every platform.
+    let entry = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    let invalid = |reason: String| ScaffoldError::Manifest {
+        path: manifest.clone(),
+        reason,
     };
-    std::fs::write(&manifest, updated).map_err(write_error)
+    if let Some(updated) = with_excluded(&text, &entry).map_err(invalid)? {
+        std::fs::write(&manifest, updated).map_err(|source| ScaffoldError::Write {
+            path: manifest.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// `manifest` with `entry` added to `[workspace] exclude` (the table and the
+/// list created when missing), its comments and layout kept; `None` when the
+/// entry is already there. A new entry of a multi-line list goes on a line of
+/// its own, indented like the one before it.
+fn with_excluded(manifest: &str, entry: &str) -> Result<Option<String>, String> {
+    let mut document: toml_edit::DocumentMut = manifest.parse().map_err(|e| format!("not TOML: {e}"))?;
+    let workspace = document
+        .entry("workspace")
+        .or_insert(toml_edit::table())
+        .as_table_like_mut()
+        .ok_or("`workspace` is not a table")?;
+    let exclude = workspace
+        .entry("exclude")
+        .or_insert(toml_edit::value(toml_edit::Array::new()))
+        .as_array_mut()
+        .ok_or("`workspace.exclude` is not a list")?;
+    if exclude.iter().any(|item| item.as_str() == Some(entry)) {
+        return Ok(None);
+    }
+    let own_line = exclude
+        .iter()
+        .last()
+        .map(|item| item.decor().clone())
+        .filter(|decor| {
+            decor
+                .prefix()
+                .and_then(|p| p.as_str())
+                .is_some_and(|p| p.contains('\n'))
+        });
+    exclude.push(entry);
+    if let (Some(decor), Some(added)) = (own_line, exclude.iter_mut().last()) {
+        *added.decor_mut() = decor;
+    }
+    Ok(Some(document.to_string()))
 }
 
 fn write_files<P: AsRef<Path>>(dir: &Path, files: Vec<(P, String)>) -> Result<PathBuf, ScaffoldError> {
@@ -460,5 +624,75 @@ mod tests {
         let app = std::fs::read_to_string(parent.path().join("demo-python/app.py")).unwrap();
         assert!(app.contains("from wit_world.imports import types"), "{app}");
         assert!(parent.path().join("demo-js/tsconfig.json").is_file());
+    }
+
+    #[test]
+    fn workspace_exclude_is_added_to_an_inline_list() {
+        let manifest =
+            "# the workspace\n[workspace]\nmembers = [\"host\"]\nexclude = [\"plugins/js\"] # scripted\n";
+        assert_eq!(
+            with_excluded(manifest, "plugins/py").unwrap().unwrap(),
+            "# the workspace\n[workspace]\nmembers = [\"host\"]\nexclude = [\"plugins/js\", \"plugins/py\"] # scripted\n"
+        );
+    }
+
+    #[test]
+    fn workspace_exclude_is_added_to_a_multi_line_list_on_its_own_line() {
+        let manifest = "[workspace]\nexclude = [\n    \"plugins/js\",\n    \"plugins/ts\",\n]\nmembers = [\"host\"]\n\n[profile.dev]\nopt-level = 1\n";
+        let updated = with_excluded(manifest, "plugins/py").unwrap().unwrap();
+        assert_eq!(
+            updated,
+            "[workspace]\nexclude = [\n    \"plugins/js\",\n    \"plugins/ts\",\n    \"plugins/py\",\n]\nmembers = [\"host\"]\n\n[profile.dev]\nopt-level = 1\n"
+        );
+        assert_eq!(with_excluded(&updated, "plugins/py").unwrap(), None, "added once");
+    }
+
+    #[test]
+    fn workspace_exclude_is_created_when_missing() {
+        let manifest =
+            "[workspace]\nmembers = [\"host\", \"plugins/*\"]\n\n[workspace.package]\nedition = \"2024\"\n";
+        let updated = with_excluded(manifest, "plugins/py").unwrap().unwrap();
+        assert_eq!(
+            updated,
+            "[workspace]\nmembers = [\"host\", \"plugins/*\"]\nexclude = [\"plugins/py\"]\n\n[workspace.package]\nedition = \"2024\"\n"
+        );
+        let parsed: toml_edit::DocumentMut = updated.parse().unwrap();
+        assert_eq!(parsed["workspace"]["exclude"][0].as_str(), Some("plugins/py"));
+        assert!(with_excluded("workspace = 3\n", "x").is_err());
+        assert!(with_excluded("[workspace\n", "x").is_err());
+    }
+
+    #[test]
+    fn the_vendored_sdk_inherits_nothing_from_the_workspace() {
+        let manifest: toml_edit::DocumentMut = standalone_sdk_manifest().unwrap().parse().unwrap();
+        let workspace: toml_edit::DocumentMut = WORKSPACE_MANIFEST.parse().unwrap();
+        assert!(!manifest.to_string().contains("workspace"), "{manifest}");
+        for key in ["edition", "version", "license"] {
+            assert_eq!(
+                manifest["package"][key].as_str(),
+                workspace["workspace"]["package"][key].as_str(),
+                "{key}"
+            );
+        }
+        assert_eq!(manifest["package"]["name"].as_str(), Some("agora-plugin-sdk"));
+        assert_eq!(manifest["dependencies"]["serde"]["version"].as_str(), Some("1"));
+        assert_eq!(
+            manifest["dependencies"]["serde"]["features"][0].as_str(),
+            Some("derive")
+        );
+        assert_eq!(
+            manifest["dependencies"]["serde_json"]["version"].as_str(),
+            Some("1")
+        );
+        assert!(manifest["dependencies"]["wit-bindgen"].is_inline_table());
+        let files = vendored_sdk().unwrap();
+        let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+        for expected in [
+            "vendor/agora-plugin-sdk/src/lib.rs",
+            "vendor/agora-plugin-sdk/wit/agora-node.wit",
+            "Cargo.lock",
+        ] {
+            assert!(names.contains(&expected), "{names:?}");
+        }
     }
 }

@@ -361,6 +361,19 @@ fn a_bad_config_value_stops_start_up_naming_the_key() {
 }
 
 #[test]
+fn client_command_variables_do_not_stop_serve() {
+    // An unknown AGORA_ key is refused (the old name of the seed variable was one)...
+    let stderr = run_node_expecting_failure(&[], &[("AGORA_UAGENTS_CLIENT_SEED", "seed")]);
+    assert!(stderr.contains("uagents_client_seed"), "{stderr}");
+    // ...but the client commands' AGORA_CLI_* variables are not configuration.
+    let node = TestNode::builder()
+        .env("AGORA_CLI_UAGENTS_SEED", "my client seed")
+        .env("AGORA_CLI__NESTED__KEY", "1")
+        .start();
+    assert_eq!(support::get(&node.url("/health")).status, 200);
+}
+
+#[test]
 fn config_layers_apply_in_order_file_env_flag() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("custom.toml");
@@ -411,13 +424,28 @@ fn config_layers_apply_in_order_file_env_flag() {
 }
 
 #[test]
-fn scaffolded_plugin_builds_and_loads() {
+fn scaffolded_plugin_outside_the_repo_builds_with_its_vendored_sdk_and_loads() {
     let dir = tempfile::tempdir().unwrap();
+    assert!(!dir.path().starts_with(support::repo_root()));
     let crate_dir = crate::scripting::scaffold("demo-echo", "rust", dir.path());
+    // The SDK comes from the binary, not from this source tree.
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains(r#"agora-plugin-sdk = { path = "vendor/agora-plugin-sdk" }"#),
+        "{manifest}"
+    );
+    let root = support::repo_root().canonicalize().unwrap();
+    assert!(!manifest.contains(root.to_str().unwrap()), "{manifest}");
+    assert_eq!(
+        std::fs::read_to_string(crate_dir.join("vendor/agora-plugin-sdk/src/lib.rs")).unwrap(),
+        std::fs::read_to_string(root.join("plugin-sdk/src/lib.rs")).unwrap()
+    );
+    // Offline: the scaffold's Cargo.lock pins what the node's workspace already fetched.
     let build = std::process::Command::new("cargo")
         .args([
             "build",
             "--quiet",
+            "--offline",
             "--profile",
             "release",
             "--target",
@@ -601,4 +629,24 @@ fn protocol_hash_prints_the_documents_sha1_in_hex_and_base64() {
     let digest = hex::decode(lines[0]).unwrap();
     use base64::Engine as _;
     assert_eq!(lines[1], base64::engine::general_purpose::STANDARD.encode(digest));
+}
+
+#[test]
+fn version_names_the_node_the_sdk_and_the_wit_package() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let wit = std::fs::read_to_string(support::repo_root().join("plugin-sdk/wit/agora-node.wit")).unwrap();
+    let package = wit
+        .lines()
+        .find_map(|line| line.strip_prefix("package "))
+        .unwrap()
+        .trim_end_matches(';');
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("agora-node {version} (plugin SDK {version}, WIT {package})")
+    );
 }

@@ -453,6 +453,20 @@ impl EchoAgent {
         format!("http://127.0.0.1:{}/submit", self.port)
     }
 
+    /// The messages the agent has reported, once there are at least `count`: it
+    /// prints each before replying, but the line reaches this process through a
+    /// pipe and a reader thread, possibly after the reply did.
+    fn received_at_least(&self, count: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let received = self.received();
+            if received.len() >= count || Instant::now() > deadline {
+                return received;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn received(&self) -> Vec<Value> {
         self.lines
             .lock()
@@ -648,7 +662,7 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
             .args(["--json", &json!({ "text": text }).to_string()])
             .args(["--timeout", "20"])
             .args(extra)
-            .env("AGORA_UAGENTS_CLIENT_SEED", SENDER_SEED)
+            .env("AGORA_CLI_UAGENTS_SEED", SENDER_SEED)
             .output()
             .unwrap();
         assert!(
@@ -672,7 +686,7 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
     assert_eq!(reply["verified"], false, "{reply}");
     assert_eq!(reply["message"], json!({"text": "echo: sync from the node"}));
 
-    let received = agent.received();
+    let received = agent.received_at_least(2);
     assert_eq!(received.len(), 2, "{received:?}");
     assert!(received.iter().all(|r| r["sender"] == sender.address()));
 }

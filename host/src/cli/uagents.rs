@@ -42,7 +42,7 @@ pub enum Command {
         #[arg(long)]
         sync: bool,
         /// Seed phrase of the sending identity; default: a fresh random identity.
-        #[arg(long, env = "AGORA_UAGENTS_CLIENT_SEED", hide_env_values = true)]
+        #[arg(long, env = "AGORA_CLI_UAGENTS_SEED", hide_env_values = true)]
         seed: Option<String>,
         /// Without --sync: receive the asynchronous reply on http://LISTEN/submit
         /// (the agent must know that endpoint for this command's address).
@@ -54,7 +54,7 @@ pub enum Command {
     },
     /// Print the agent1… address of a seed phrase.
     Address {
-        #[arg(long, env = "AGORA_UAGENTS_CLIENT_SEED", hide_env_values = true)]
+        #[arg(long, env = "AGORA_CLI_UAGENTS_SEED", hide_env_values = true)]
         seed: String,
     },
 }

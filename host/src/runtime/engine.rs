@@ -5,13 +5,17 @@
 //! orders of magnitude in throughput — wasmtime issue 11814). Compiled
 //! components are cached on disk keyed by the plugin's content hash and the
 //! engine's compatibility hash, so a restart or a re-save of an unchanged file
-//! never recompiles.
+//! never recompiles. Every save of a changed plugin adds an entry (tens of MB
+//! for a Python or JavaScript component), so [`evict_unused`] keeps the folder
+//! within `plugins.cache_max_mb`, dropping the least recently used entries no
+//! loaded plugin needs; a hit refreshes an entry's modification time.
 
+use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -107,7 +111,14 @@ pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmti
         // which the node alone writes. A corrupt or foreign file fails validation and
         // falls through to a fresh compile below.
         match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => return Ok(component),
+            Ok(component) => {
+                // Recency for eviction; a read-only cache only loses that ordering.
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|file| file.set_modified(SystemTime::now()));
+                return Ok(component);
+            }
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "discarding unusable cached plugin")
             }
@@ -132,4 +143,136 @@ fn cache_path(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> PathBuf {
     let mut hasher = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     cache_dir.join(format!("{content}-{:016x}.cwasm", hasher.finish()))
+}
+
+/// What one [`evict_unused`] pass removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Evicted {
+    pub entries: usize,
+    pub bytes: u64,
+}
+
+/// Bring the compile cache in `cache_dir` within `max_bytes` by deleting the
+/// least recently used entries whose content hash (the first part of the
+/// name, as [`cache_path`] writes it) is not in `in_use`. Entries of loaded
+/// plugins stay even when they alone exceed the bound: deleting them would
+/// only make the next start compile them again. A missing folder is an empty
+/// cache.
+pub fn evict_unused(cache_dir: &Path, in_use: &HashSet<String>, max_bytes: u64) -> Evicted {
+    let mut evicted = Evicted::default();
+    let Ok(listing) = std::fs::read_dir(cache_dir) else {
+        return evicted;
+    };
+    let mut total = 0u64;
+    let mut unused = Vec::new();
+    for entry in listing.flatten() {
+        let path = entry.path();
+        let Ok(metadata) = entry.metadata() else { continue };
+        if !metadata.is_file() || path.extension().is_none_or(|e| e != "cwasm") {
+            continue;
+        }
+        total += metadata.len();
+        let content = path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .and_then(|stem| stem.split('-').next())
+            .unwrap_or_default();
+        if !in_use.contains(content) {
+            let used = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            unused.push((used, metadata.len(), path));
+        }
+    }
+    unused.sort();
+    for (_, size, path) in unused {
+        if total <= max_bytes {
+            break;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                total -= size;
+                evicted.entries += 1;
+                evicted.bytes += size;
+            }
+            Err(error) => tracing::warn!(path = %path.display(), %error, "cannot evict a cached plugin"),
+        }
+    }
+    if evicted.entries > 0 {
+        tracing::info!(
+            entries = evicted.entries,
+            bytes = evicted.bytes,
+            "compile cache trimmed"
+        );
+    }
+    evicted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache entry of `size` bytes for `content`, last used `age_secs` ago.
+    fn entry(dir: &Path, content: &str, size: usize, age_secs: u64) -> PathBuf {
+        let path = dir.join(format!("{content}-00000000000000ff.cwasm"));
+        std::fs::write(&path, vec![0u8; size]).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::now() - Duration::from_secs(age_secs))
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn eviction_drops_the_oldest_unused_entries_until_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let oldest = entry(dir.path(), "aa", 400, 300);
+        let old = entry(dir.path(), "bb", 400, 200);
+        let recent = entry(dir.path(), "cc", 400, 100);
+        let loaded = entry(dir.path(), "dd", 400, 1000);
+        let foreign = dir.path().join("notes.txt");
+        std::fs::write(&foreign, vec![0u8; 4000]).unwrap();
+        let in_use = HashSet::from(["dd".to_string()]);
+
+        assert_eq!(
+            evict_unused(dir.path(), &in_use, 1600),
+            Evicted::default(),
+            "within the bound"
+        );
+        assert_eq!(
+            evict_unused(dir.path(), &in_use, 1000),
+            Evicted {
+                entries: 2,
+                bytes: 800
+            }
+        );
+        assert!(!oldest.exists() && !old.exists());
+        assert!(recent.exists() && loaded.exists() && foreign.exists());
+
+        // Entries of loaded plugins stay even when they alone are over the bound.
+        assert_eq!(
+            evict_unused(dir.path(), &in_use, 0),
+            Evicted {
+                entries: 1,
+                bytes: 400
+            }
+        );
+        assert!(!recent.exists() && loaded.exists());
+        assert_eq!(
+            evict_unused(&dir.path().join("missing"), &in_use, 0),
+            Evicted::default()
+        );
+    }
+
+    #[test]
+    fn a_cache_hit_makes_an_entry_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::default();
+        // The empty component, `(component)` in the binary format.
+        let bytes = b"\0asm\x0d\x00\x01\x00";
+        compile_cached(&engine, dir.path(), bytes).unwrap();
+        let path = cache_path(&engine, dir.path(), bytes);
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        let long_ago = SystemTime::now() - Duration::from_secs(3600);
+        file.set_modified(long_ago).unwrap();
+        compile_cached(&engine, dir.path(), bytes).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().modified().unwrap() > long_ago);
+    }
 }

@@ -571,6 +571,16 @@ impl Runtime {
         }
         self.begin_install(&plugin.manifest.name, file);
         self.inner.load_errors.write().remove(file);
+        let in_use = self
+            .registry()
+            .plugins()
+            .map(|p| p.content_hash.clone())
+            .collect();
+        let (cache, bound) = (
+            self.inner.config.cache_dir.clone(),
+            self.inner.config.cache_max_mb << 20,
+        );
+        tokio::task::spawn_blocking(move || engine::evict_unused(&cache, &in_use, bound));
         Ok(Some(plugin))
     }
 
