@@ -28,6 +28,11 @@ export function initCards(logElement, onAnswer) {
   answer = onAnswer;
 }
 
+/** Whether a card already shows tool call `toolCallId` (its failure needs no second notice). */
+export function showsCall(toolCallId) {
+  return byCall.has(toolCallId);
+}
+
 export function clearCards() {
   byCall.clear();
   byApproval.clear();

@@ -16,7 +16,9 @@
 // button that stays disabled, counting down, until then.
 
 import { renderMarkdown } from '/hai-markdown.js';
-import { clearCards, initCards, onApprovalDecision, onApprovalRequest, onRecordedTool, onToolCall } from '/hai-cards.js';
+import {
+  clearCards, initCards, onApprovalDecision, onApprovalRequest, onRecordedTool, onToolCall, showsCall,
+} from '/hai-cards.js';
 
 const SESSION_KEY = 'agora_session_id';
 const SECRET_KEY = 'agora_session_secret';
@@ -176,13 +178,16 @@ const ERROR_TEXT = {
 };
 
 function onError(frame) {
-  const retryAfter = Number(frame.details && frame.details.retry_after_ms);
+  const details = frame.details || {};
+  $('send').disabled = false;
+  // A failed tool's card already says so, with the error.
+  if (frame.error_code === 'tool_execution_failed' && showsCall(details.tool_call_id)) return;
+  const retryAfter = Number(details.retry_after_ms);
   update(() => {
     const el = addNotice('error', ERROR_TEXT[frame.error_code] || frame.message);
     el.dataset.code = frame.error_code;
     if (Number.isFinite(retryAfter) && retryAfter >= 0 && lastSent) addRetry(el, retryAfter, lastSent);
   });
-  $('send').disabled = false;
   if (frame.error_code === 'invalid_session') startNewSession();
 }
 
@@ -315,6 +320,9 @@ function connect() {
   socket.onopen = () => {
     reconnectAttempts = 0;
     setConnection('connected', 'Connected');
+    // A turn's end may have been sent while we were away: never leave Send stuck.
+    $('send').disabled = false;
+    $('status').hidden = true;
   };
   socket.onmessage = (event) => {
     let frame;

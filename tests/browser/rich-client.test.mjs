@@ -94,7 +94,8 @@ try {
   assert.equal(await found.locator('details').evaluate((d) => d.open), false, 'parameters start folded');
   await found.locator('summary').click();
   assert.match(await found.locator('details pre').innerText(), /"query": "food storage"/);
-  assert.equal(await page.locator('.notice.error[data-code="tool_execution_failed"]').count(), 1);
+  // The card carries the failure: no second notice repeats it.
+  assert.equal(await page.locator('.notice.error[data-code="tool_execution_failed"]').count(), 0);
   assert.match(await approval.innerText(), /Waiting for your approval/);
   assert.match(await approval.locator('.reasoning').innerText(), /the report records them/);
   assert.match(await approval.locator('details pre').innerText(), /INS-2024-007/);
