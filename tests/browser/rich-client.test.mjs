@@ -40,18 +40,22 @@ try {
 
   const { page } = await openChat(browser, url);
 
-  // 1. Markdown, streamed in 7-character chunks that cut through the markup: the
+  // 1. More than a screenful, so that later there is somewhere to scroll back to.
+  await say(page, 'long 30');
+  await answer(page, 1);
+
+  // 2. Markdown, streamed in 7-character chunks that cut through the markup: the
   //    list grows item by item while the answer streams, and ends as real elements.
   await page.evaluate(() => {
     window.__items = [];
     new MutationObserver(() => {
-      const el = document.querySelector('.msg.assistant');
-      if (el) window.__items.push(el.querySelectorAll('li').length);
+      const answers = document.querySelectorAll('.msg.assistant');
+      if (answers.length === 2) window.__items.push(answers[1].querySelectorAll('li').length);
     }).observe(document.getElementById('messages'), { childList: true, subtree: true, characterData: true });
   });
   await say(page, 'markdown');
-  await answer(page, 1);
-  const md = finals(page).nth(0);
+  await answer(page, 2);
+  const md = finals(page).nth(1);
   assert.equal(await md.locator('h2').innerText(), 'Storage rules');
   assert.equal(await md.locator('em').innerText(), 'chilled');
   assert.equal(await md.locator('strong').innerText(), '7 °C or below');
@@ -67,10 +71,10 @@ try {
   const items = await page.evaluate(() => [...new Set(window.__items)]);
   assert.deepEqual(items.filter((n) => n > 0), [1, 2, 3], `the list grew while streaming: ${items}`);
 
-  // 2. HTML in an answer is shown as text: nothing runs, no element is made.
+  // 3. HTML in an answer is shown as text: nothing runs, no element is made.
   await say(page, 'hostile');
-  await answer(page, 2);
-  const hostile = finals(page).nth(1);
+  await answer(page, 3);
+  const hostile = finals(page).nth(2);
   assert.equal(await page.locator('#messages :is(script, img, iframe, b, [onerror], [onmouseover])').count(), 0);
   assert.match(await hostile.innerText(), /<script>window.__pwned='script'<\/script>/);
   assert.match(await hostile.innerText(), /<img src=x onerror=/);
@@ -78,10 +82,8 @@ try {
   await page.waitForTimeout(300); // an onerror would have fired by now
   assert.equal(await page.evaluate(() => window.__pwned), undefined);
 
-  // 3. More than a screenful, then tool cards: a search that completes, one that
-  //    fails, and a report waiting for approval.
-  await say(page, 'long 30');
-  await answer(page, 3);
+  // 4. Tool cards: a search that completes, one that fails, and a report waiting
+  //    for approval.
   await say(page, 'tools');
   const approval = page.locator('.card.approval');
   await page.waitForSelector('.card.approval[data-status="pending"]');
@@ -101,13 +103,17 @@ try {
   assert.match(await approval.locator('details pre').innerText(), /INS-2024-007/);
   assert.ok(await approval.locator('button.approve').isEnabled());
 
-  // 4. Accessibility of the page with all of it on screen.
+  // 5. Accessibility of the page with all of it on screen (a tall window, so the
+  //    screenshot shows the answers and the cards too).
+  await found.locator('summary').click(); // folded again, as it came
+  await page.setViewportSize({ width: 1100, height: 1260 });
   await page.locator('#messages').evaluate((el) => { el.scrollTop = el.scrollHeight; });
   const violations = await axeViolations(page);
   assert.deepEqual(violations, [], `axe-core found WCAG A/AA violations:\n${violations.join('\n')}`);
   await page.screenshot({ path: screenshot });
+  await page.setViewportSize({ width: 1100, height: 760 });
 
-  // 5. A reader scrolled up is not yanked down: approve by keyboard without
+  // 6. A reader scrolled up is not yanked down: approve by keyboard without
   //    moving, the answer arrives below, and a "New messages" button appears.
   const log = page.locator('#messages');
   assert.ok(await page.locator('#new-messages').isHidden());
@@ -124,7 +130,7 @@ try {
   assert.ok(await page.locator('#new-messages').isHidden());
   assert.ok(await log.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight < 2));
 
-  // 6. Rate limited: a fresh session sends its allowance, the next message is
+  // 7. Rate limited: a fresh session sends its allowance, the next message is
   //    refused with retry_after_ms, and the retry button waits exactly that long.
   const refusals = [];
   page.on('websocket', (ws) => ws.on('framereceived', ({ payload }) => {
