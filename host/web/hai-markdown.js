@@ -44,7 +44,7 @@ purify.addHook('afterSanitizeAttributes', (node) => {
 
 /** The markdown `text` as a sanitised DocumentFragment. */
 export function renderMarkdown(text) {
-  const fragment = purify.sanitize(marked.parse(text || ''), PURIFY);
+  const fragment = purify.sanitize(marked.parse(String(text ?? '')), PURIFY);
   // A link whose address was refused keeps its words, not a dead anchor.
   for (const anchor of fragment.querySelectorAll('a:not([href])')) {
     anchor.replaceWith(...anchor.childNodes);

@@ -112,6 +112,15 @@ try {
   assert.deepEqual(violations, [], `axe-core found WCAG A/AA violations:\n${violations.join('\n')}`);
   await page.screenshot({ path: screenshot });
   await page.setViewportSize({ width: 1100, height: 760 });
+  // Keyboard focus is visible: Tab from the feedback box to Reject draws the focus ring.
+  await approval.locator('textarea.feedback').focus();
+  await page.keyboard.press('Tab');
+  const ring = await page.evaluate(() => {
+    const el = document.activeElement;
+    const style = getComputedStyle(el);
+    return `${el.className} ${style.outlineStyle} ${style.outlineWidth}`;
+  });
+  assert.equal(ring, 'reject solid 3px');
 
   // 6. A reader scrolled up is not yanked down: approve by keyboard without
   //    moving, the answer arrives below, and a "New messages" button appears.
