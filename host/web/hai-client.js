@@ -1,13 +1,24 @@
 // The HAI client of hai-protocol.md §"Implementation Guide", served by the node.
-// Plain browser JavaScript: no build step. It keeps its session id in
+// Plain browser JavaScript modules: no build step. It keeps its session id in
 // localStorage, shows the session's history from the node on load, streams
-// answers chunk by chunk, shows tool activity, asks for approvals in a modal,
-// and reconnects with exponential backoff.
+// answers chunk by chunk as sanitised markdown (hai-markdown.js), shows tool
+// calls and approvals as cards (hai-cards.js), and reconnects with
+// exponential backoff.
 //
 // The node hands the connection that creates a session its secret (a `session`
 // frame); the page keeps it with the id and shows it when it resumes the session
 // or reads its history. An operator token, when the node wants one, comes from
 // the page's address (`/?token=…`) and is kept for later visits.
+//
+// The log follows new content only while the reader is at its end: someone who
+// scrolled back to read is not yanked down, they get a "New messages" button.
+// An error that says when to try again (`details.retry_after_ms`) gets a retry
+// button that stays disabled, counting down, until then.
+
+import { renderMarkdown } from '/hai-markdown.js';
+import {
+  clearCards, initCards, onApprovalDecision, onApprovalRequest, onRecordedTool, onToolCall, showsCall,
+} from '/hai-cards.js';
 
 const SESSION_KEY = 'agora_session_id';
 const SECRET_KEY = 'agora_session_secret';
@@ -16,8 +27,13 @@ const BASE_DELAY_MS = 1000;
 const MAX_DELAY_MS = 30000;
 const MAX_RECONNECT_ATTEMPTS = 8;
 const MAX_CONTENT_CHARS = 10000;
+/** Answers up to this size are drawn at every chunk; longer ones at most once per frame. */
+const DRAW_EVERY_CHUNK_CHARS = 20000;
+/** How close to the end of the log still counts as "at the end" (px). */
+const AT_END_SLACK_PX = 48;
 
 const $ = (id) => document.getElementById(id);
+const log = $('messages');
 const wsPath = document.body.dataset.wsPath || '/ws';
 
 let sessionId = getOrCreateSessionId();
@@ -26,9 +42,8 @@ const token = getToken();
 let ws = null;
 let reconnectAttempts = 0;
 let reconnectTimer = null;
-let openApprovalId = null;
-const streams = new Map(); // message_id -> {el, text, chunks}
-const tools = new Map(); // tool_call_id -> element
+let lastSent = null; // the last user_message frame, for a retry
+const streams = new Map(); // message_id -> {el, text, chunks, pending}
 
 function newId() {
   if (crypto.randomUUID) return crypto.randomUUID();
@@ -61,19 +76,34 @@ function onSession(frame) {
   localStorage.setItem(SECRET_KEY, sessionSecret);
 }
 
-// --- Rendering ---
+// --- Scrolling ---
 
-function scrollDown() {
-  const box = $('messages');
-  box.scrollTop = box.scrollHeight;
+function atEnd() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight <= AT_END_SLACK_PX;
 }
+
+function scrollToEnd() {
+  log.scrollTop = log.scrollHeight;
+  $('new-messages').hidden = true;
+}
+
+/** Change the log; follow it if the reader was at its end, else offer to jump there. */
+function update(change) {
+  const follow = atEnd();
+  const result = change();
+  if (follow) scrollToEnd();
+  else $('new-messages').hidden = false;
+  return result;
+}
+
+// --- Rendering ---
 
 function addMessage(role, text) {
   const el = document.createElement('div');
   el.className = `msg ${role}`;
-  el.textContent = text;
-  $('messages').append(el);
-  scrollDown();
+  if (role === 'assistant') el.replaceChildren(renderMarkdown(text));
+  else el.textContent = text;
+  log.append(el);
   return el;
 }
 
@@ -81,55 +111,45 @@ function addNotice(kind, text) {
   const el = document.createElement('div');
   el.className = `notice ${kind}`;
   el.textContent = text;
-  $('messages').append(el);
-  scrollDown();
+  log.append(el);
   return el;
 }
 
-const TOOL_VERBS = { search_regulations: 'Searching regulations', generate_inspection_report: 'Generating the inspection report' };
-
-function renderTool(frame) {
-  let el = tools.get(frame.tool_call_id);
-  if (!el) {
-    el = document.createElement('div');
-    el.className = 'tool';
-    el.dataset.toolCallId = frame.tool_call_id;
-    el.dataset.tool = frame.tool_name;
-    $('messages').append(el);
-    tools.set(frame.tool_call_id, el);
-  }
-  el.dataset.status = frame.status;
-  const name = frame.tool_name;
-  if (frame.status === 'started') {
-    el.innerHTML = '<span class="spinner"></span>';
-    el.append(`${TOOL_VERBS[name] || `Running ${name}`}…`);
-  } else {
-    const badge = document.createElement('span');
-    badge.className = 'badge';
-    badge.textContent = frame.status === 'completed' ? '✓' : '✗';
-    el.replaceChildren(badge, ` ${name}: ${frame.result || frame.status}`);
-  }
-  scrollDown();
+/** Draw a stream's text so far (parsed whole again: see hai-markdown.js). */
+function drawStream(stream) {
+  stream.pending = false;
+  update(() => {
+    stream.el.replaceChildren(renderMarkdown(stream.text));
+    stream.el.dataset.chunks = String(stream.chunks);
+  });
 }
 
 function onChunk(frame) {
   let stream = streams.get(frame.message_id);
   if (!stream) {
-    const el = addMessage('assistant', '');
+    const el = update(() => addMessage('assistant', ''));
     el.dataset.messageId = frame.message_id;
     el.classList.add('streaming');
-    stream = { el, text: '', chunks: 0 };
+    el.setAttribute('aria-busy', 'true');
+    stream = { el, text: '', chunks: 0, pending: false };
     streams.set(frame.message_id, stream);
   }
   stream.text += frame.content;
   stream.chunks += 1;
-  stream.el.textContent = stream.text;
-  stream.el.dataset.chunks = String(stream.chunks);
+  if (frame.is_final || stream.text.length <= DRAW_EVERY_CHUNK_CHARS) {
+    drawStream(stream);
+  } else if (!stream.pending) {
+    // Re-parsing a long answer at every chunk would cost its length each time.
+    stream.pending = true;
+    requestAnimationFrame(() => {
+      if (stream.pending) drawStream(stream);
+    });
+  }
   if (frame.is_final) {
     stream.el.classList.remove('streaming');
+    stream.el.removeAttribute('aria-busy');
     stream.el.dataset.final = 'true';
   }
-  scrollDown();
 }
 
 const STATUS_TEXT = {
@@ -151,68 +171,72 @@ function onStatus(frame) {
   $('status-text').textContent = frame.message || STATUS_TEXT[frame.status] || frame.status;
 }
 
+const ERROR_TEXT = {
+  moderation_violation: 'Your message was blocked. Please rephrase.',
+  rate_limit_exceeded: 'Too many requests. Please wait a moment.',
+  invalid_json: 'The node could not read a message (invalid JSON).',
+};
+
 function onError(frame) {
-  const text = {
-    moderation_violation: 'Your message was blocked. Please rephrase.',
-    rate_limit_exceeded: 'Too many requests. Please wait a moment.',
-    invalid_json: 'The node could not read a message (invalid JSON).',
-  }[frame.error_code] || frame.message;
-  const el = addNotice('error', text);
-  el.dataset.code = frame.error_code;
+  const details = frame.details || {};
   $('send').disabled = false;
-  if (frame.error_code === 'rate_limit_exceeded') {
+  // A failed tool's card already says so, with the error.
+  if (frame.error_code === 'tool_execution_failed' && showsCall(details.tool_call_id)) return;
+  const retryAfter = Number(details.retry_after_ms);
+  update(() => {
+    const el = addNotice('error', ERROR_TEXT[frame.error_code] || frame.message);
+    el.dataset.code = frame.error_code;
+    if (Number.isFinite(retryAfter) && retryAfter >= 0 && lastSent) addRetry(el, retryAfter, lastSent);
+  });
+  if (frame.error_code === 'invalid_session') startNewSession();
+}
+
+/** A button that re-sends `frame`, disabled and counting down until `waitMs` has passed. */
+function addRetry(notice, waitMs, frame) {
+  for (const old of log.querySelectorAll('button.retry:not([data-used])')) {
+    old.dataset.used = 'superseded';
+    old.disabled = true;
+  }
+  const readyAt = Date.now() + waitMs;
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'retry';
+  button.dataset.readyAt = String(readyAt);
+  const tick = () => {
+    if (button.dataset.used) return;
+    const left = readyAt - Date.now();
+    if (left > 0) {
+      button.disabled = true;
+      button.textContent = `Retry in ${Math.ceil(left / 1000)} s`;
+      setTimeout(tick, Math.min(1000, left % 1000 || 1000));
+    } else {
+      button.disabled = false;
+      button.textContent = 'Retry';
+    }
+  };
+  button.addEventListener('click', () => {
+    if (Date.now() < readyAt || !send(frame)) return;
+    button.dataset.used = 'sent';
+    button.disabled = true;
+    button.textContent = 'Sent again';
+    lastSent = frame;
     $('send').disabled = true;
-    setTimeout(() => { $('send').disabled = false; }, 5000);
-  }
-  if (frame.error_code === 'invalid_session') {
-    startNewSession();
-  }
-}
-
-function openApproval(frame) {
-  openApprovalId = frame.approval_id;
-  $('approval-tool').textContent = frame.tool_name;
-  const risk = $('approval-risk');
-  risk.textContent = `${frame.risk_level} risk`;
-  risk.className = `risk risk-${frame.risk_level}`;
-  $('approval').dataset.risk = frame.risk_level;
-  $('approval-description').textContent = frame.tool_description;
-  $('approval-reasoning').textContent = frame.reasoning;
-  $('approval-parameters').textContent = JSON.stringify(frame.parameters, null, 2);
-  $('feedback').value = '';
-  const dialog = $('approval');
-  if (!dialog.open) dialog.showModal();
-}
-
-function closeApproval() {
-  openApprovalId = null;
-  const dialog = $('approval');
-  if (dialog.open) dialog.close();
-}
-
-function answerApproval(approved) {
-  if (!openApprovalId) return;
-  const feedback = $('feedback').value.trim();
-  const frame = { type: 'tool_approval_response', approval_id: openApprovalId, approved };
-  if (feedback) frame.feedback = feedback;
-  send(frame);
-  addNotice(approved ? 'approved' : 'rejected', approved ? 'You approved the tool call.' : `You rejected the tool call${feedback ? `: “${feedback}”` : '.'}`);
-  closeApproval();
+  });
+  notice.append(' ', button);
+  tick();
 }
 
 function handleMessage(frame) {
   switch (frame.type) {
     case 'assistant_message_chunk': return onChunk(frame);
-    case 'assistant_message': {
-      const el = addMessage('assistant', frame.content);
-      el.dataset.final = 'true';
-      return;
-    }
-    case 'tool_call':
-      // Answered elsewhere (another tab) or timed out: the modal is stale.
-      if (frame.metadata && frame.metadata.approval_id && frame.metadata.approval_id === openApprovalId) closeApproval();
-      return renderTool(frame);
-    case 'tool_approval_request': return openApproval(frame);
+    case 'assistant_message':
+      return update(() => {
+        addMessage('assistant', frame.content).dataset.final = 'true';
+      });
+    case 'tool_call': return update(() => onToolCall(frame));
+    case 'tool_approval_request':
+      $('status-text').textContent = 'Waiting for your approval…';
+      return update(() => onApprovalRequest(frame));
     case 'status': return onStatus(frame);
     case 'error': return onError(frame);
     case 'session': return onSession(frame);
@@ -220,12 +244,43 @@ function handleMessage(frame) {
   }
 }
 
+function answerApproval(approvalId, approved, feedback) {
+  const frame = { type: 'tool_approval_response', approval_id: approvalId, approved };
+  if (feedback) frame.feedback = feedback;
+  return send(frame);
+}
+
 // --- History (the node keeps it; a reload shows the conversation again) ---
 
+function showEntry(entry) {
+  const body = entry.body || {};
+  switch (entry.role) {
+    case 'user':
+      addMessage('user', body.content).dataset.history = 'true';
+      break;
+    case 'assistant': {
+      const el = addMessage('assistant', body.content);
+      el.dataset.history = 'true';
+      el.dataset.final = 'true';
+      break;
+    }
+    case 'approval_request':
+      onApprovalRequest(body);
+      break;
+    case 'approval':
+      onApprovalDecision(body);
+      break;
+    case 'tool':
+      onRecordedTool(body);
+      break;
+    default:
+  }
+}
+
 async function loadHistory() {
-  $('messages').replaceChildren();
+  log.replaceChildren();
   streams.clear();
-  tools.clear();
+  clearCards();
   try {
     const headers = {};
     if (sessionSecret) headers['X-HAI-Session-Secret'] = sessionSecret;
@@ -233,24 +288,13 @@ async function loadHistory() {
     const reply = await fetch(`${wsPath}/sessions/${encodeURIComponent(sessionId)}/history`, { headers });
     if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
     const { entries } = await reply.json();
-    for (const entry of entries) {
-      const body = entry.body || {};
-      if (entry.role === 'user') addMessage('user', body.content).dataset.history = 'true';
-      else if (entry.role === 'assistant') {
-        const el = addMessage('assistant', body.content);
-        el.dataset.history = 'true';
-        el.dataset.final = 'true';
-      } else if (entry.role === 'tool') {
-        renderTool({ tool_call_id: body.tool_call_id, tool_name: body.tool_name, status: body.status, result: body.result });
-      } else if (entry.role === 'approval') {
-        addNotice(body.approved ? 'approved' : 'rejected', body.approved ? `Approved ${body.tool_name}.` : `Rejected ${body.tool_name}${body.feedback ? `: “${body.feedback}”` : '.'}`);
-      }
-    }
+    for (const entry of entries) showEntry(entry);
     document.body.dataset.history = String(entries.length);
   } catch (error) {
     console.error('history not loaded', error);
     addNotice('error', 'The conversation history could not be loaded.');
   }
+  scrollToEnd();
 }
 
 // --- Connection ---
@@ -276,6 +320,9 @@ function connect() {
   socket.onopen = () => {
     reconnectAttempts = 0;
     setConnection('connected', 'Connected');
+    // A turn's end may have been sent while we were away: never leave Send stuck.
+    $('send').disabled = false;
+    $('status').hidden = true;
   };
   socket.onmessage = (event) => {
     let frame;
@@ -310,7 +357,7 @@ function attemptReconnection() {
 
 function send(frame) {
   if (!ws || ws.readyState !== WebSocket.OPEN) {
-    addNotice('error', 'Not connected. Retrying…');
+    update(() => addNotice('error', 'Not connected. Retrying…'));
     return false;
   }
   ws.send(JSON.stringify(frame));
@@ -320,6 +367,7 @@ function send(frame) {
 async function startNewSession() {
   sessionId = newId();
   sessionSecret = null;
+  lastSent = null;
   localStorage.setItem(SESSION_KEY, sessionId);
   localStorage.removeItem(SECRET_KEY);
   $('session-id').textContent = sessionId;
@@ -338,25 +386,32 @@ function submit(event) {
   const content = $('input').value.trim();
   if (!content) return;
   if (content.length > MAX_CONTENT_CHARS) {
-    addNotice('error', `Messages are limited to ${MAX_CONTENT_CHARS} characters.`);
+    update(() => addNotice('error', `Messages are limited to ${MAX_CONTENT_CHARS} characters.`));
     return;
   }
-  if (send({ type: 'user_message', content, session_id: sessionId, metadata: {} })) {
+  const frame = { type: 'user_message', content, session_id: sessionId, metadata: {} };
+  if (send(frame)) {
+    lastSent = frame;
     addMessage('user', content);
+    scrollToEnd(); // what you just said is where you are
     $('input').value = '';
     $('send').disabled = true;
   }
 }
 
+initCards(log, answerApproval);
 $('composer').addEventListener('submit', submit);
 $('input').addEventListener('keydown', (event) => {
   if (event.key === 'Enter' && !event.shiftKey) submit(event);
 });
-$('approve').addEventListener('click', () => answerApproval(true));
-$('reject').addEventListener('click', () => answerApproval(false));
-// The decision is required: Escape does not dismiss the modal.
-$('approval').addEventListener('cancel', (event) => event.preventDefault());
 $('new-session').addEventListener('click', startNewSession);
+$('new-messages').addEventListener('click', () => {
+  scrollToEnd();
+  log.focus({ preventScroll: true });
+});
+log.addEventListener('scroll', () => {
+  if (atEnd()) $('new-messages').hidden = true;
+});
 $('session-id').textContent = sessionId;
 
 loadHistory().then(connect);

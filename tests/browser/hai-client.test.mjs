@@ -1,44 +1,19 @@
 // Drives the node's HAI browser client in Debian's chromium with playwright-core:
 // a streamed answer, a tool call, an approved and a rejected report, the
 // history after a reload (with the session secret the node issued), and a
-// second browser that knows only the session id getting a session of its own. Run by tests/e2e/hai.rs with HAI_URL set; writes
-// SCREENSHOT (default ./screenshot.png).
+// second browser that knows only the session id getting a session of its own.
+// Run by tests/e2e/hai.rs with HAI_URL set; writes SCREENSHOT (default
+// ./screenshot.png). rich-client.test.mjs covers markdown, cards, scrolling,
+// retry and accessibility.
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { answer, finals, launch, nodeUrl, openChat, say } from './support.mjs';
 
-const url = process.env.HAI_URL;
+const url = nodeUrl();
 const screenshot = process.env.SCREENSHOT || 'screenshot.png';
-if (!url) throw new Error('set HAI_URL to the node, e.g. http://127.0.0.1:8080/');
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: [
-    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  ],
-});
-
-const finals = (page) => page.locator('.msg.assistant[data-final="true"]');
-
-async function say(page, text) {
-  await page.fill('#input', text);
-  await page.click('#send');
-}
-
-async function answer(page, n) {
-  await page.waitForFunction(
-    (n) => document.querySelectorAll('.msg.assistant[data-final="true"]').length >= n,
-    n,
-  );
-  return finals(page).nth(n - 1).innerText();
-}
+const browser = await launch();
 
 try {
-  const context = await browser.newContext({ viewport: { width: 1100, height: 760 } });
-  const page = await context.newPage();
-  page.on('console', (m) => { if (m.type() === 'error') console.log('[page]', m.text()); });
-  await page.goto(url);
-  await page.waitForSelector('#connection[data-state="connected"]');
+  const { page } = await openChat(browser, url);
   const sessionId = await page.evaluate(() => localStorage.getItem('agora_session_id'));
   assert.match(sessionId, /^[0-9a-f-]{36}$/);
   // The node issued the session's secret to the connection that created it.
@@ -63,37 +38,42 @@ try {
   assert.ok(snapshots.length >= 3, `the answer grew progressively: ${snapshots}`);
   await page.waitForSelector('#status', { state: 'hidden' });
 
-  // 2. A low-risk tool: an indicator, no approval.
+  // 2. A low-risk tool: a card with its result, no approval.
   await say(page, 'search food storage');
   text = await answer(page, 2);
   assert.match(text, /FS-10/);
   const tool = page.locator('.tool[data-tool="search_regulations"][data-status="completed"]');
   assert.match(await tool.innerText(), /Found \d+ relevant regulations/);
 
-  // 3. A high-risk tool, approved in the modal (orange for high risk).
+  // 3. A high-risk tool, approved on its card (an orange stripe for high risk);
+  //    the same card then follows the tool to completed.
   await say(page, 'Generate the inspection report for INS-2024-001');
-  await page.waitForSelector('#approval[open]');
-  assert.equal(await page.getAttribute('#approval', 'data-risk'), 'high');
-  assert.equal(
-    await page.$eval('#approval-risk', (el) => getComputedStyle(el).backgroundColor),
-    'rgb(232, 113, 10)',
-  );
-  assert.match(await page.innerText('#approval-parameters'), /INS-2024-001/);
-  await page.click('#approve');
+  const approved = page.locator('.card.approval').nth(0);
+  await approved.and(page.locator('[data-status="pending"]')).waitFor();
+  assert.equal(await approved.getAttribute('data-risk'), 'high');
+  assert.equal(await approved.evaluate((el) => getComputedStyle(el).borderLeftColor), 'rgb(232, 113, 10)');
+  assert.match(await approved.locator('.risk').innerText(), /high risk/i);
+  assert.match(await approved.locator('details pre').innerText(), /INS-2024-001/);
+  await approved.locator('button.approve').click();
   text = await answer(page, 3);
   assert.match(text, /has been generated/);
-  await page.waitForSelector('.tool[data-tool="generate_inspection_report"][data-status="completed"]');
+  await page.waitForSelector('.card.approval[data-tool="generate_inspection_report"][data-status="completed"]');
+  assert.ok(await approved.locator('button.approve').isDisabled());
+  assert.ok(await approved.locator('button.reject').isDisabled());
 
-  // 4. Rejected with feedback: the answer says so and quotes it.
+  // 4. Rejected with feedback: the answer says so and quotes it; the card stays answered.
   await say(page, 'Generate the inspection report for INS-2024-002');
-  await page.waitForSelector('#approval[open]');
-  await page.fill('#feedback', 'Please add the freezer photos first');
+  const rejected = page.locator('.card.approval').nth(1);
+  await rejected.and(page.locator('[data-status="pending"]')).waitFor();
+  await rejected.locator('textarea.feedback').fill('Please add the freezer photos first');
   await page.screenshot({ path: screenshot });
-  await page.click('#reject');
+  await rejected.locator('button.reject').click();
   text = await answer(page, 4);
   assert.match(text, /was not generated/);
   assert.match(text, /Please add the freezer photos first/);
-  assert.equal(await page.locator('#approval[open]').count(), 0);
+  assert.equal(await rejected.getAttribute('data-status'), 'rejected');
+  assert.ok(await rejected.locator('button.approve').isDisabled());
+  assert.equal(await page.locator('.card.approval[data-status="pending"]').count(), 0);
 
   // 5. Reload: same session, the conversation comes back from the node.
   await page.reload();
@@ -102,7 +82,12 @@ try {
   assert.equal(await page.evaluate(() => localStorage.getItem('agora_session_id')), sessionId);
   assert.equal(await page.locator('.msg.user').count(), 4);
   assert.equal(await finals(page).count(), 4);
-  assert.match(await page.locator('.notice.rejected').innerText(), /Please add the freezer photos first/);
+  assert.match(
+    await page.locator('.card.approval[data-decision="rejected"]').innerText(),
+    /Please add the freezer photos first/,
+  );
+  assert.equal(await page.locator('.card.approval[data-tool="generate_inspection_report"][data-status="completed"]').count(), 1);
+  assert.equal(await page.locator('.card.approval button:enabled').count(), 0);
   await say(page, 'what did I say first?');
   text = await answer(page, 5);
   assert.match(text, /What are the rules for food storage\?/);

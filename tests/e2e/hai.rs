@@ -802,6 +802,16 @@ async fn the_browser_client_is_served_at_the_root() {
     assert_eq!(script.status, 200);
     assert!(script.body.contains("agora_session_id"));
     assert_eq!(get(&node.url("/hai-client.css")).status, 200);
+    for module in [
+        "/hai-markdown.js",
+        "/hai-cards.js",
+        "/vendor/marked.esm.js",
+        "/vendor/purify.min.js",
+    ] {
+        let reply = get(&node.url(module));
+        assert_eq!(reply.status, 200, "{module}");
+        assert!(reply.content_type.starts_with("text/javascript"), "{module}");
+    }
     assert_eq!(get(&node.url("/ws/sessions/a%20b/history")).status, 400);
 }
 
@@ -833,26 +843,45 @@ fn browser_tooling(root: &Path) {
     }
 }
 
-#[test]
-fn the_browser_client_streams_asks_for_approval_and_keeps_history() {
+/// Run `script` (in tests/browser) against `node` in chromium; it writes `screenshot` there.
+fn browser_test(node: &TestNode, script: &str, screenshot: &str) {
     let root = crate::support::repo_root();
     browser_tooling(&root);
-    let node = node();
-    let screenshot = root.join("tests/browser/screenshot.png");
+    let dir = root.join("tests/browser");
+    let screenshot = dir.join(screenshot);
+    let _ = std::fs::remove_file(&screenshot);
     let output = Command::new("node")
-        .arg(root.join("tests/browser/hai-client.test.mjs"))
+        .arg(dir.join(script))
         .env("HAI_URL", node.url("/"))
         .env("SCREENSHOT", &screenshot)
-        .current_dir(root.join("tests/browser"))
+        .current_dir(&dir)
         .output()
         .expect("running node");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "browser test failed\nstdout:\n{stdout}\nstderr:\n{stderr}\nnode log:\n{}",
+        "browser test {script} failed\nstdout:\n{stdout}\nstderr:\n{stderr}\nnode log:\n{}",
         node.log_text()
     );
     assert!(stdout.contains("browser test passed"), "{stdout}");
     assert!(screenshot.exists());
+}
+
+#[test]
+fn the_browser_client_streams_asks_for_approval_and_keeps_history() {
+    browser_test(&node(), "hai-client.test.mjs", "screenshot.png");
+}
+
+/// Markdown (sanitised), tool and approval cards, scroll-to-latest, the retry
+/// button and an axe-core check; the fixture assistant answers in markdown and HTML.
+#[test]
+fn the_browser_client_renders_markdown_and_cards_retries_and_passes_axe() {
+    let node = TestNode::builder()
+        .plugin("fixture-rich-assistant")
+        .plugin("inspection-tools")
+        // rich-client.test.mjs's RATE_LIMIT: a fresh session's fifth message is refused.
+        .env("AGORA_HAI__MESSAGES_PER_MINUTE", "4")
+        .start();
+    browser_test(&node, "rich-client.test.mjs", "screenshot-rich.png");
 }

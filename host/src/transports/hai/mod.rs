@@ -64,6 +64,11 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 const CLIENT_HTML: &str = include_str!("../../../web/index.html");
 const CLIENT_JS: &str = include_str!("../../../web/hai-client.js");
 const CLIENT_CSS: &str = include_str!("../../../web/hai-client.css");
+const CLIENT_MARKDOWN: &str = include_str!("../../../web/hai-markdown.js");
+const CLIENT_CARDS: &str = include_str!("../../../web/hai-cards.js");
+/// The client's markdown parser and sanitiser, vendored verbatim (see `web/vendor/`).
+const VENDOR_MARKED: &str = include_str!("../../../web/vendor/marked.esm.js");
+const VENDOR_PURIFY: &str = include_str!("../../../web/vendor/purify.min.js");
 
 /// What every handler of this transport shares.
 #[derive(Clone)]
@@ -87,8 +92,12 @@ pub fn router(state: NodeState) -> Router {
         .route(&path, get(upgrade))
         .route(&format!("{path}/sessions/{{id}}/history"), get(history))
         .route("/", get(client_page))
-        .route("/hai-client.js", get(script))
+        .route("/hai-client.js", get(|| javascript(CLIENT_JS)))
         .route("/hai-client.css", get(style))
+        .route("/hai-markdown.js", get(|| javascript(CLIENT_MARKDOWN)))
+        .route("/hai-cards.js", get(|| javascript(CLIENT_CARDS)))
+        .route("/vendor/marked.esm.js", get(|| javascript(VENDOR_MARKED)))
+        .route("/vendor/purify.min.js", get(|| javascript(VENDOR_PURIFY)))
         .with_state(shared)
 }
 
@@ -411,12 +420,12 @@ async fn client_page(State(shared): State<Shared>) -> Response {
     static_file("text/html; charset=utf-8", shared.page.to_string())
 }
 
-async fn script() -> Response {
-    static_file("text/javascript; charset=utf-8", CLIENT_JS.to_string())
-}
-
 async fn style() -> Response {
     static_file("text/css; charset=utf-8", CLIENT_CSS.to_string())
+}
+
+async fn javascript(source: &'static str) -> Response {
+    static_file("text/javascript; charset=utf-8", source.to_string())
 }
 
 fn static_file(content_type: &'static str, body: String) -> Response {

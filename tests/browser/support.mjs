@@ -1,0 +1,47 @@
+// What both browser tests share: Debian's chromium through playwright-core, and
+// talking to the chat the way a person does (type, press Send, wait for the answer).
+import { chromium } from 'playwright-core';
+
+export function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+  });
+}
+
+/** The node's address from the environment (tests/e2e/hai.rs sets it). */
+export function nodeUrl() {
+  const url = process.env.HAI_URL;
+  if (!url) throw new Error('set HAI_URL to the node, e.g. http://127.0.0.1:8080/');
+  return url;
+}
+
+export const finals = (page) => page.locator('.msg.assistant[data-final="true"]');
+
+export async function say(page, text) {
+  await page.fill('#input', text);
+  await page.click('#send');
+}
+
+/** The text of the `n`th finished answer (1-based), once it is there. */
+export async function answer(page, n) {
+  await page.waitForFunction(
+    (n) => document.querySelectorAll('.msg.assistant[data-final="true"]').length >= n,
+    n,
+  );
+  return finals(page).nth(n - 1).innerText();
+}
+
+/** A page of `browser` on the node, connected, with the page's console errors echoed. */
+export async function openChat(browser, url, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 760 }, ...options });
+  const page = await context.newPage();
+  page.on('console', (m) => { if (m.type() === 'error') console.log('[page]', m.text()); });
+  page.on('pageerror', (e) => console.log('[page error]', e.message));
+  await page.goto(url);
+  await page.waitForSelector('#connection[data-state="connected"]');
+  return { context, page };
+}
