@@ -190,6 +190,7 @@ impl Drop for IdleSessions {
 
 /// Raise this process's open-file limit to its hard limit (children inherit
 /// it): 10,000 sockets need more than the usual 1,024. Returns the new soft limit.
+#[allow(unsafe_code)]
 pub fn raise_fd_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -210,5 +211,5 @@ pub fn raise_fd_limit() -> u64 {
             }
         }
     }
-    limit.rlim_cur as u64
+    limit.rlim_cur
 }

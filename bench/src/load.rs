@@ -96,10 +96,11 @@ impl Connection {
     }
 
     async fn ready(&mut self) -> Result<&mut SendRequest<Full<Bytes>>> {
-        if let Some(sender) = &mut self.sender {
-            if !sender.is_closed() && sender.ready().await.is_ok() {
-                return Ok(self.sender.as_mut().expect("present"));
-            }
+        if let Some(sender) = &mut self.sender
+            && !sender.is_closed()
+            && sender.ready().await.is_ok()
+        {
+            return Ok(self.sender.as_mut().expect("present"));
         }
         let stream = TcpStream::connect(self.addr)
             .await

@@ -823,10 +823,10 @@ async fn row5(settings: &Settings) -> Result<Row> {
         procs::install_bytes(&plugins_dir, "versioned", &bytes)?;
         let replaced = Instant::now();
         loop {
-            if let Ok((200, body)) = poller.send(request.clone()).await {
-                if body.windows(expected.len()).any(|w| w == expected.as_bytes()) {
-                    break;
-                }
+            if let Ok((200, body)) = poller.send(request.clone()).await
+                && body.windows(expected.len()).any(|w| w == expected.as_bytes())
+            {
+                break;
             }
             if replaced.elapsed() > Duration::from_secs(30) {
                 return Err(anyhow!("version {version} never served:\n{}", node.log_tail()));

@@ -247,7 +247,7 @@ fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
         },
         |client| match client.offer.take() {
             None => {
-                let request = primes_request(&client.agent, json!({"limit": 50}));
+                let request = primes_request(client.agent, json!({"limit": 50}));
                 let request_id = request["id"].as_str().unwrap_or_default().to_string();
                 let reply = post_envelope(&client.url, &request, &client.did)?;
                 if reply.kind() != "OFFER" {

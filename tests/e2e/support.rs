@@ -58,6 +58,13 @@ pub fn document_hash(text: &str) -> String {
     hex::encode(sha1::Sha1::digest(text.as_bytes()))
 }
 
+/// The compile cache of the suite's throw-away nodes: one per test binary build,
+/// so a rebuilt node never reads another build's entries by accident (the cache
+/// is keyed by engine too; this only keeps the folder small).
+fn shared_compile_cache() -> PathBuf {
+    repo_root().join("target/e2e-compile-cache")
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -167,6 +174,12 @@ impl NodeBuilder {
             .stderr(Stdio::piped());
         if self.listen_from_env {
             command.env("AGORA_LISTEN", format!("127.0.0.1:{port}"));
+        }
+        if temp.is_some() {
+            // Throw-away nodes share one compile cache, so a plugin is compiled once
+            // per suite rather than once per test; a node on a test's own data folder
+            // (restarts, the cache itself) keeps its cache there.
+            command.env("AGORA_PLUGINS__CACHE_DIR", shared_compile_cache());
         }
         for (key, value) in &self.env {
             command.env(key, value);

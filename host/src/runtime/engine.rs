@@ -103,6 +103,9 @@ impl Drop for EpochTicker {
 }
 
 /// Compile a component, through the on-disk cache.
+// The one place the node runs `unsafe`: wasmtime cannot check that precompiled
+// bytes came from a compatible engine, so loading them is the caller's promise.
+#[allow(unsafe_code)]
 pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmtime::Result<Component> {
     let path = cache_path(engine, cache_dir, bytes);
     if path.exists() {
@@ -126,7 +129,9 @@ pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmti
     }
     let compiled = engine.precompile_component(bytes)?;
     if std::fs::create_dir_all(cache_dir).is_ok() {
-        let temp = path.with_extension("tmp");
+        // Several nodes may share a cache folder and compile the same plugin at
+        // once: each writes its own temporary file, and the rename is atomic.
+        let temp = path.with_extension(format!("tmp.{}.{}", std::process::id(), unique_suffix()));
         if std::fs::write(&temp, &compiled)
             .and_then(|()| std::fs::rename(&temp, &path))
             .is_err()
@@ -204,6 +209,12 @@ pub fn evict_unused(cache_dir: &Path, in_use: &HashSet<String>, max_bytes: u64) 
         );
     }
     evicted
+}
+
+/// A number no other temporary file of this process has used.
+fn unique_suffix() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]

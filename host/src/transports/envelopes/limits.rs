@@ -96,6 +96,10 @@ impl SenderTable {
         self.windows.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
     pub fn contains(&self, key: &SenderKey) -> bool {
         self.windows.contains_key(key)
     }
