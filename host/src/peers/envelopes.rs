@@ -128,10 +128,10 @@ impl EnvelopeClient {
                 let cost = reply["payload"]["cost"]
                     .as_f64()
                     .ok_or_else(|| EnvelopeClientError::Unexpected("the OFFER has no numeric cost".into()))?;
-                if let Some(budget) = task.budget {
-                    if cost > budget {
-                        return Err(EnvelopeClientError::OverBudget { cost, budget });
-                    }
+                if let Some(budget) = task.budget
+                    && cost > budget
+                {
+                    return Err(EnvelopeClientError::OverBudget { cost, budget });
                 }
                 let offer_id = reply["id"].as_str().unwrap_or_default().to_string();
                 let mut accept = json!({"offer_id": offer_id});

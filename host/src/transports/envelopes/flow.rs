@@ -366,12 +366,12 @@ async fn offer(
         .get("eta")
         .and_then(Value::as_u64)
         .ok_or_else(|| invalid("eta must be an integer (ms)"))?;
-    if let Some(max) = task.budget_max {
-        if max < cost {
-            return Err(EnvelopesError::PaymentRequired(format!(
-                "the budget ({max}) is below the cost ({cost})"
-            )));
-        }
+    if let Some(max) = task.budget_max
+        && max < cost
+    {
+        return Err(EnvelopesError::PaymentRequired(format!(
+            "the budget ({max}) is below the cost ({cost})"
+        )));
     }
     let payload = json!({
         "request_id": request_id,
