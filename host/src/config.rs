@@ -481,7 +481,7 @@ impl Config {
             }
         }
         positive("uagents.replay_window_secs", self.uagents.replay_window_secs)?;
-        if crate::runtime::Risk::parse(&self.tools.approval_threshold).is_none() {
+        if crate::vocab::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
                 "tools.approval_threshold",
                 "must be one of low, medium, high, critical",
@@ -573,7 +573,7 @@ impl Config {
             self.hai.max_pending_approvals_per_connection as u64,
         )?;
         for origin in &self.hai.allowed_origins {
-            if crate::transports::hai::access::normalise_origin(origin).is_none() {
+            if normalise_origin(origin).is_none() {
                 return Err(invalid(
                     "hai.allowed_origins",
                     format!("{origin:?} is not an origin like https://chat.example.com"),
@@ -648,6 +648,27 @@ fn positive(key: &'static str, value: u64) -> Result<(), ConfigError> {
     } else {
         Ok(())
     }
+}
+
+/// A browser origin as `hai.allowed_origins` and the HAI `Origin` check compare it:
+/// `scheme://host[:port]`, lower case, the scheme's default port dropped; `None`
+/// when it is not an http(s) origin (`null`, paths, user info…).
+pub fn normalise_origin(origin: &str) -> Option<String> {
+    let origin = origin.trim().to_ascii_lowercase();
+    let (scheme, authority) = origin.split_once("://")?;
+    if !matches!(scheme, "http" | "https") || authority.is_empty() {
+        return None;
+    }
+    if authority.contains(['/', '?', '#', '@', ' ']) {
+        return None;
+    }
+    Some(format!("{scheme}://{}", strip_default_port(scheme, authority)))
+}
+
+/// `authority` without the scheme's default port (`:443` for https, `:80` otherwise).
+pub(crate) fn strip_default_port<'a>(scheme: &str, authority: &'a str) -> &'a str {
+    let default = if scheme == "https" { ":443" } else { ":80" };
+    authority.strip_suffix(default).unwrap_or(authority)
 }
 
 /// Parse a listen address, naming the key when it is wrong.

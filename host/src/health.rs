@@ -13,8 +13,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use serde_json::json;
 
+use crate::node::state::NodeState;
 use crate::runtime::PluginStatus;
-use crate::transports::NodeState;
 
 pub fn router(state: NodeState) -> Router {
     Router::new()

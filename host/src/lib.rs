@@ -5,13 +5,30 @@
 //! signatures, limits, approvals and persistent state. Plugins (see
 //! `plugin-sdk/wit/agora-node.wit`) only answer routed, verified messages.
 //!
-//! - [`config`]: layered configuration (defaults ← file ← environment ← flags).
-//! - [`runtime`]: the Wasm component runtime, plugin registry and hot reload.
-//! - [`store`]: durable state in sled.
-//! - [`transports`]: one module per wire protocol.
-//! - [`listener`]: the hardened HTTP accept loop (connection caps, header
-//!   timeouts, bodies refused without breaking the client's pipe).
-//! - [`node`]: wiring it all into listeners with graceful shutdown.
+//! # Layers
+//!
+//! Dependencies run one way, so each module can be read, tested and changed
+//! knowing only what lies below it. A module may use only modules in lower
+//! layers; modules in one layer do not use each other. `tests/layers.rs`
+//! checks every `crate::` path and `super::` escape against this table, and
+//! the table against its own copy.
+//!
+//! | layer | modules | may use | what |
+//! |---|---|---|---|
+//! | 0 | `vocab` | — | the shared words: transport kind, phase, risk, call, invoke errors |
+//! | 1 | `crypto` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT |
+//! | 2 | `config` | 0–1 | layered configuration and its validation |
+//! | 3 | `store`, `metrics` | 0–2 | durable state in sled; Prometheus metrics |
+//! | 4 | `peers` | 0–3 | the node as a client: bounded HTTP, per-protocol clients, plugins' outbound calls |
+//! | 5 | `runtime` | 0–4 | the Wasm component runtime, plugin registry and hot reload |
+//! | 6 | `listener` | 0–5 | the hardened HTTP accept loop |
+//! | 7 | `node::state` | 0–6 | what every request handler can reach |
+//! | 8 | `transports` | 0–7 | one module per wire protocol |
+//! | 9 | `health` | 0–8 | `/health` and `/metrics` |
+//! | 10 | `node` | 0–9 | wiring it all into listeners with graceful shutdown |
+//! | 11 | `cli`, `dev`, `scaffold` | 0–10 | the client commands, `agora-node dev`, plugin scaffolding |
+//!
+//! `main.rs` (the binary) sits above them all.
 
 pub mod cli;
 pub mod config;
@@ -21,10 +38,12 @@ pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod node;
+pub mod peers;
 pub mod runtime;
 pub mod scaffold;
 pub mod store;
 pub mod transports;
+pub mod vocab;
 
 pub use config::Config;
 pub use node::Node;

@@ -657,3 +657,64 @@ fn dev_mode_rebuilds_saved_python_and_javascript_plugins_and_serves_them_live() 
         load.assert_no_failure(10);
     }
 }
+
+/// Dropping the last handle of a runtime frees its plugins' idle warm
+/// instances and everything they hold, the store included: once the runtime
+/// is gone the store's directory opens again in the same process (sled locks
+/// it while any handle lives). An instance holding the runtime strongly kept
+/// the whole runtime alive for ever through its own registry.
+#[test]
+fn dropping_the_runtime_frees_its_idle_warm_instances_and_the_store() {
+    use agora_node::metrics::Metrics;
+    use agora_node::runtime::{Call, Exchange, Phase, Runtime, TransportKind};
+    use agora_node::store::Store;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = agora_node::Config::defaults();
+    config.data_dir = dir.path().to_path_buf();
+    config.plugins.dir = dir.path().join("plugins");
+    config.plugins.cache_dir = dir.path().join("cache");
+    support::install_bytes(
+        &config.plugins.dir,
+        "warm-counter",
+        &counter_build("warm", 1000, 2, 60_000),
+    );
+    let state = dir.path().join("state");
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let store = Store::open(&state).unwrap();
+        let runtime = Runtime::new(Arc::new(config), store, Metrics::new()).unwrap();
+        runtime.load_all().await;
+        let plugin = runtime
+            .registry()
+            .by_name("fixture-warm-counter")
+            .cloned()
+            .unwrap();
+        let call = |n: u32| Call {
+            transport: TransportKind::Agora,
+            phase: Phase::Handle,
+            route: format!("agora:{}", document_hash_cached()),
+            sender: Some(format!("test-{n}")),
+            conversation: None,
+            body: "\"count\"".into(),
+        };
+        for expected in 1..=2 {
+            let reply = runtime
+                .invoke(&plugin, call(expected), Exchange::new())
+                .await
+                .unwrap();
+            let reply: Value = serde_json::from_str(&reply).unwrap();
+            assert_eq!(
+                reply["count"], expected,
+                "both calls ran in the one warm instance"
+            );
+        }
+        assert!(
+            Store::open(&state).is_err(),
+            "sled refuses a second open while the runtime lives"
+        );
+        drop(plugin);
+        drop(runtime);
+        Store::open(&state).expect("the runtime and its idle warm instance are gone with the last handle");
+    });
+}

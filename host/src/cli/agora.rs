@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Subcommand, ValueEnum};
 
-use crate::transports::agora::client::{self as agora_client, Dialect};
+use crate::peers::agora::{self as agora_client, Dialect};
 
 #[derive(Subcommand)]
 pub enum Command {

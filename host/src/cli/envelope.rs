@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Subcommand;
 
 use crate::crypto::identity::NodeIdentity;
-use crate::transports::envelopes::client::{EnvelopeClient, TaskSpec};
+use crate::peers::envelopes::{EnvelopeClient, TaskSpec};
 
 #[derive(Subcommand)]
 pub enum Command {

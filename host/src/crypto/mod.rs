@@ -9,12 +9,20 @@ pub mod jwt;
 pub mod pyjson;
 pub mod uagents;
 
+use base64::Engine as _;
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 /// SHA1 of a protocol document's exact bytes as 40 lower-case hex digits (Agora two-party §8.2).
 pub fn protocol_hash(document: &[u8]) -> String {
     hex::encode(Sha1::digest(document))
+}
+
+/// The base64 form agora-protocol 0.2.0 uses for a hex protocol hash.
+pub fn hash_as_base64(hex_hash: &str) -> Option<String> {
+    hex::decode(hex_hash)
+        .ok()
+        .map(|digest| base64::engine::general_purpose::STANDARD.encode(digest))
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::Risk;
+use crate::vocab::Risk;
 
 /// An event a plugin (or the host on its behalf) emits to the current exchange.
 #[derive(Debug, Clone, Serialize)]

@@ -4,7 +4,7 @@
 //! key-value store is namespaced and bounded (and absent while a manifest is
 //! read), events are counted and sized and may not use the host's own kinds,
 //! logging is bounded per call, history is read one bounded page at a time,
-//! tools run through [`Runtime::run_tool`] (which demands approval by risk and
+//! tools run through [`super::Runtime::run_tool`] (which demands approval by risk and
 //! parks the caller), and outbound calls reach only hosts allowed in config
 //! (the caller parked while they run, when a parking place is free).
 
@@ -12,15 +12,18 @@ use serde_json::Value;
 
 use super::bindings::agora::node::host::{self, Level, OutboundRequest};
 use super::bindings::agora::node::types;
+use super::error::ToolError;
 use super::exchange::{PluginEvent, is_host_event_kind};
 use super::instance::PluginState;
+use crate::peers::outbound;
 use crate::store::{Collection, now_ms, plugin_key};
+use crate::vocab::TransportKind;
 
 impl types::Host for PluginState {}
 
 impl host::Host for PluginState {
     async fn log(&mut self, level: Level, message: String) {
-        let limits = &self.runtime.config;
+        let limits = &self.host.config;
         let message = truncate(&message, 4096);
         let budget = &mut self.log;
         if budget.lines >= limits.max_log_lines_per_call
@@ -43,11 +46,11 @@ impl host::Host for PluginState {
     }
 
     async fn kv_get(&mut self, key: String) -> Option<Vec<u8>> {
-        if key.len() > self.runtime.config.max_kv_key_bytes {
+        if key.len() > self.host.config.max_kv_key_bytes {
             return None;
         }
         let full = plugin_key(self.kv_namespace.as_deref()?, &key);
-        self.runtime
+        self.host
             .store
             .get::<Vec<u8>>(Collection::PluginKv, &full)
             .ok()
@@ -55,7 +58,7 @@ impl host::Host for PluginState {
     }
 
     async fn kv_set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
-        let limits = &self.runtime.config;
+        let limits = &self.host.config;
         if key.is_empty() || key.len() > limits.max_kv_key_bytes {
             return Err(format!("keys must be 1-{} bytes", limits.max_kv_key_bytes));
         }
@@ -66,20 +69,20 @@ impl host::Host for PluginState {
             ));
         }
         let full = plugin_key(self.kv_namespace()?, &key);
-        self.runtime
+        self.host
             .store
             .put(Collection::PluginKv, &full, &value, None)
             .map_err(|e| e.to_string())?;
-        self.runtime.store.commit().await.map_err(|e| e.to_string())
+        self.host.store.commit().await.map_err(|e| e.to_string())
     }
 
     async fn kv_delete(&mut self, key: String) -> Result<(), String> {
         let full = plugin_key(self.kv_namespace()?, &key);
-        self.runtime
+        self.host
             .store
             .remove(Collection::PluginKv, &full)
             .map_err(|e| e.to_string())?;
-        self.runtime.store.commit().await.map_err(|e| e.to_string())
+        self.host.store.commit().await.map_err(|e| e.to_string())
     }
 
     async fn kv_keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
@@ -89,7 +92,7 @@ impl host::Host for PluginState {
         let namespace = plugin_key(name, "");
         let full = plugin_key(name, &prefix);
         let limit = (limit as usize).min(1000);
-        self.runtime
+        self.host
             .store
             .keys(Collection::PluginKv, &full, limit)
             .unwrap_or_default()
@@ -103,7 +106,7 @@ impl host::Host for PluginState {
     }
 
     async fn emit(&mut self, kind: String, data: String) -> Result<(), String> {
-        let limits = &self.runtime.config;
+        let limits = &self.host.config;
         if self.events_emitted >= limits.max_events_per_call {
             return Err(format!("at most {} events per call", limits.max_events_per_call));
         }
@@ -127,10 +130,10 @@ impl host::Host for PluginState {
     async fn call_tool(&mut self, name: String, arguments: String) -> Result<String, String> {
         let arguments: Value =
             serde_json::from_str(&arguments).map_err(|e| format!("tool arguments are not JSON: {e}"))?;
-        let runtime = super::Runtime {
-            inner: self.runtime.clone(),
+        let Some(inner) = self.runtime.upgrade() else {
+            return Err(ToolError::ShuttingDown.to_string());
         };
-        runtime
+        super::Runtime { inner }
             .run_tool(&name, arguments, &self.exchange, &mut self.slot)
             .await
             .map_err(|e| e.to_string())
@@ -143,9 +146,9 @@ impl host::Host for PluginState {
         let Some(id) = &self.exchange.history_id else {
             return "[]".into();
         };
-        let bounds = &self.runtime.node_config.store;
+        let bounds = &self.host.node_config.store;
         let entries: Vec<Value> = self
-            .runtime
+            .host
             .store
             .history_tail(id, bounds.history_page_entries, bounds.history_page_bytes)
             .unwrap_or_else(|error| {
@@ -158,14 +161,10 @@ impl host::Host for PluginState {
     async fn outbound(&mut self, request: OutboundRequest) -> Result<String, String> {
         let body: Value =
             serde_json::from_str(&request.body).map_err(|e| format!("outbound body is not JSON: {e}"))?;
-        let transport = crate::runtime::TransportKind::from(request.transport);
-        let runtime = super::Runtime {
-            inner: self.runtime.clone(),
-        };
-        let place = runtime.park_place();
-        let call =
-            crate::transports::outbound::call(&self.runtime.node_config, transport, &request.url, body);
-        runtime
+        let transport = TransportKind::from(request.transport);
+        let place = self.host.park_place();
+        let call = outbound::call(&self.host.node_config, transport, &request.url, body);
+        self.host
             .while_parked(&mut self.slot, place, call)
             .await
             .map(|reply| reply.to_string())

@@ -7,7 +7,7 @@
 //! Nothing a plugin does here can outlive or escape its store. A `warm`
 //! plugin's store serves several calls; [`begin_call`] resets its per-call state.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::component::ResourceTable;
@@ -15,11 +15,12 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::exchange::Exchange;
+use super::host_env::HostEnv;
 use super::stdio::CappedOutput;
 use super::{InvokeError, RuntimeInner};
 
 /// The node-wide call slot a call runs under; given up while the call is
-/// parked (see [`super::Runtime::while_parked`]).
+/// parked (see [`HostEnv::while_parked`]).
 #[derive(Default)]
 pub(crate) struct CallSlot {
     pub(crate) permit: Option<OwnedSemaphorePermit>,
@@ -47,7 +48,12 @@ pub struct PluginState {
     pub(crate) kv_namespace: Option<Arc<str>>,
     pub(crate) slot: CallSlot,
     pub(crate) log: LogBudget,
-    pub(crate) runtime: Arc<RuntimeInner>,
+    /// What the host functions reach.
+    pub(crate) host: Arc<HostEnv>,
+    /// Only to run tools, which needs the registry; weak because a warm
+    /// instance lives inside what the runtime owns. A call always runs under
+    /// a live [`super::Runtime`], so this upgrades for as long as a call does.
+    pub(crate) runtime: Weak<RuntimeInner>,
     pub(crate) exchange: Exchange,
     pub(crate) events_emitted: u32,
     ticks_used: u64,
@@ -113,7 +119,7 @@ pub(crate) fn new_store(
     kv_namespace: Option<Arc<str>>,
     exchange: Exchange,
 ) -> Store<PluginState> {
-    let config = &runtime.config;
+    let config = &runtime.host.config;
     let stdout = CappedOutput::new(config.max_stdio_bytes);
     let stderr = CappedOutput::new(config.max_stdio_bytes);
     // Deny-all WASI: the components import it even when unused, but a plugin
@@ -137,7 +143,8 @@ pub(crate) fn new_store(
         kv_namespace,
         slot: CallSlot::default(),
         log: LogBudget::default(),
-        runtime: runtime.clone(),
+        host: runtime.host.clone(),
+        runtime: Arc::downgrade(runtime),
         exchange,
         events_emitted: 0,
         ticks_used: 0,

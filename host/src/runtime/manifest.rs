@@ -6,9 +6,9 @@
 
 use serde::Serialize;
 
-use super::Risk;
 use super::bindings;
 use crate::crypto;
+use crate::vocab::Risk;
 
 const MAX_NAME: usize = 64;
 const MAX_TEXT: usize = 4096;
@@ -224,16 +224,5 @@ impl PluginManifest {
         }
         routes.extend(self.tools.iter().map(|t| format!("tool:{}", t.name)));
         routes
-    }
-}
-
-impl From<bindings::WitRisk> for Risk {
-    fn from(risk: bindings::WitRisk) -> Risk {
-        match risk {
-            bindings::WitRisk::Low => Risk::Low,
-            bindings::WitRisk::Medium => Risk::Medium,
-            bindings::WitRisk::High => Risk::High,
-            bindings::WitRisk::Critical => Risk::Critical,
-        }
     }
 }

@@ -32,7 +32,7 @@ impl Drop for PluginWatcher {
 pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
     let dir = runtime.plugins_dir().to_path_buf();
     std::fs::create_dir_all(&dir).map_err(notify::Error::io)?;
-    let debounce = Duration::from_millis(runtime.inner.config.reload_debounce_ms);
+    let debounce = Duration::from_millis(runtime.inner.host.config.reload_debounce_ms);
     let (changes, mut changed) = mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
     let mut debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| match result {
         Ok(events) => {

@@ -7,32 +7,16 @@
 //! - [`uagents`]: Fetch.ai uAgents exchange (`uagents-exchange.txt`).
 //! - [`arena`]: Agora Arena tasks, health and live events (`agora-arena-aap.*`).
 //! - [`hai`]: human chat over WebSocket and the browser client (`hai-protocol.md`).
-//! - [`outbound`]: calls from the node and its plugins to other agents.
-//! - [`http_client`]: the bounded HTTP client they share.
+//!
+//! The clients of these protocols (what the CLI and plugins' outbound calls
+//! use) live below, in [`crate::peers`], so the runtime can call out without
+//! depending on the transports.
 
 pub mod agora;
 pub mod arena;
 pub mod envelopes;
 pub mod hai;
-pub mod http_client;
-pub mod outbound;
 pub mod uagents;
-
-use std::sync::Arc;
-use std::time::Instant;
-
-use crate::config::Config;
-use crate::runtime::Runtime;
-use crate::store::Store;
-
-/// What every transport handler can reach.
-#[derive(Clone)]
-pub struct NodeState {
-    pub config: Arc<Config>,
-    pub runtime: Runtime,
-    pub store: Store,
-    pub started: Instant,
-}
 
 /// Whether a `Content-Type` header names JSON (parameters such as charset allowed).
 pub fn is_json_content_type(headers: &axum::http::HeaderMap) -> bool {

@@ -148,12 +148,8 @@ pub fn normalise_hash(hash: &str) -> Option<String> {
         .map(hex::encode)
 }
 
-/// The base64 form agora-protocol 0.2.0 uses for a hex hash.
-pub fn hash_as_base64(hex_hash: &str) -> Option<String> {
-    hex::decode(hex_hash)
-        .ok()
-        .map(|digest| base64::engine::general_purpose::STANDARD.encode(digest))
-}
+/// Kept here for callers of the Agora module; it lives with the other hashes.
+pub use crate::crypto::hash_as_base64;
 
 /// Decode one `protocolSources` entry that is inline: a `data:` URI, or the text
 /// itself. `None` means it is a URL to fetch. A decoded document over `limit`

@@ -15,7 +15,6 @@
 //!   address, and each client's creation rate; refusals are 429/503 with
 //!   `Retry-After` in the failure shape above.
 
-pub mod client;
 pub mod document;
 pub mod limits;
 
@@ -35,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use self::limits::{ConversationLimits, Refusal};
-use super::NodeState;
+use crate::node::state::NodeState;
 use crate::runtime::{
     Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, Registry, TransportKind,
 };
@@ -564,11 +563,11 @@ async fn check_sources(
 
 /// Fetch a source URL only from hosts `agora.source_hosts` allows; others are skipped.
 async fn fetch_source(state: &NodeState, url: &str) -> Result<Option<String>, AgoraError> {
-    if super::http_client::check_allowed(url, &state.config.agora.source_hosts).is_err() {
+    if crate::peers::http_client::check_allowed(url, &state.config.agora.source_hosts).is_err() {
         return Ok(None);
     }
     let timeout = std::time::Duration::from_millis(state.config.outbound.timeout_ms);
-    let response = super::http_client::request(
+    let response = crate::peers::http_client::request(
         "GET",
         url,
         &[],

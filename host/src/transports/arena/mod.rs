@@ -33,8 +33,8 @@ use tokio::sync::{Semaphore, mpsc};
 
 use self::keys::{KeyCache, KeyError};
 use self::stream::EventStream;
-use super::NodeState;
 use crate::crypto::jwt::{self, JwtError};
+use crate::node::state::NodeState;
 use crate::runtime::{Call, Exchange, FailureKind, InvokeError, Phase, PluginEvent, TransportKind};
 
 /// The AAP version this node speaks (the `version` of §1 and §3).

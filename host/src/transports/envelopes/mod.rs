@@ -24,7 +24,6 @@
 //! A WebSocket silent for `envelopes.ws_idle_timeout_secs` with nothing in
 //! progress is closed, as is one that does not read its replies for as long.
 
-pub mod client;
 mod flow;
 pub mod limits;
 
@@ -45,9 +44,9 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::NodeState;
 use crate::crypto::envelope::{self as signed, EnvelopeError};
 use crate::crypto::identity::NodeIdentity;
+use crate::node::state::NodeState;
 use crate::runtime::{FailureKind, InvokeError};
 use crate::store::{Collection, StoreError, now_ms};
 

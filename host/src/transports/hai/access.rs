@@ -18,6 +18,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::config::{normalise_origin, strip_default_port};
+
 use super::HaiError;
 
 /// Query parameter and header that carry a session's secret.
@@ -110,25 +112,6 @@ pub fn check_origin(allowed: &[String], headers: &HeaderMap) -> Result<(), HaiEr
         Some(host) if strip_default_port(scheme, &host) == authority => Ok(()),
         _ => Err(refused()),
     }
-}
-
-/// `scheme://host[:port]`, lower case, the scheme's default port dropped; `None`
-/// when it is not an http(s) origin (`null`, paths, user info…).
-pub fn normalise_origin(origin: &str) -> Option<String> {
-    let origin = origin.trim().to_ascii_lowercase();
-    let (scheme, authority) = origin.split_once("://")?;
-    if !matches!(scheme, "http" | "https") || authority.is_empty() {
-        return None;
-    }
-    if authority.contains(['/', '?', '#', '@', ' ']) {
-        return None;
-    }
-    Some(format!("{scheme}://{}", strip_default_port(scheme, authority)))
-}
-
-fn strip_default_port<'a>(scheme: &str, authority: &'a str) -> &'a str {
-    let default = if scheme == "https" { ":443" } else { ":80" };
-    authority.strip_suffix(default).unwrap_or(authority)
 }
 
 /// What the per-address limits count by (the listener's rule, for every limit).

@@ -46,7 +46,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::NodeState;
+use crate::node::state::NodeState;
 use crate::runtime::{ApprovalOutcome, FailureKind, InvokeError};
 use crate::store::{Collection, StoreError, now_ms};
 use session::{Attached, Hub, Limits, Opened, Origin, Session, Stored};

@@ -39,7 +39,8 @@
 //! - `HEAD /submit` answers uagents' readiness probe headers; `GET /agent_info`
 //!   describes the node like a uAgent (address, endpoints, protocol digests).
 
-pub mod client;
+/// The sending side lives in [`crate::peers`]; kept here for the CLI.
+pub use crate::peers::uagents as client;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,10 +56,10 @@ use rand::RngCore;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::NodeState;
 use crate::config::Config;
 use crate::crypto::identity::{create_secret_file, read_secret_file};
 use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope, ProtocolModel, UagentsCryptoError};
+use crate::node::state::NodeState;
 use crate::runtime::manifest::PluginManifest;
 use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
 use crate::store::{Collection, Store, StoreError, now_ms};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::transports::http_client::{self, ClientError};
+use super::http_client::{self, ClientError};
 
 /// How a request names its protocol.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,7 +116,7 @@ fn request_json(request: &ClientRequest) -> Value {
             let hex_hash = crate::crypto::protocol_hash(document.as_bytes());
             json["protocolHash"] = match request.dialect {
                 Dialect::Spec => json!(hex_hash),
-                Dialect::Reference => json!(super::document::hash_as_base64(&hex_hash)),
+                Dialect::Reference => json!(crate::crypto::hash_as_base64(&hex_hash)),
             };
             let encoded = base64::engine::general_purpose::STANDARD.encode(document.as_bytes());
             json["protocolSources"] = json!([format!("data:text/plain;charset=utf-8;base64,{encoded}")]);
@@ -221,7 +221,7 @@ mod tests {
         let reference = request_json(&request);
         assert_eq!(
             reference["protocolHash"],
-            json!(crate::transports::agora::document::hash_as_base64(&hex_hash))
+            json!(crate::crypto::hash_as_base64(&hex_hash))
         );
         assert_eq!(spec["protocolSources"], reference["protocolSources"]);
         request.conversation_id = Some("c".into());

@@ -8,9 +8,9 @@ use std::time::Duration;
 use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
 
+use super::http_client::{self, ClientError};
 use crate::crypto::envelope::{self as signed, EnvelopeError, Verified};
 use crate::store::now_ms;
-use crate::transports::http_client::{self, ClientError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvelopeClientError {

@@ -5,6 +5,8 @@
 //! [`crate::listener`]). Shutdown (SIGINT, SIGTERM) stops accepting, lets
 //! in-flight requests finish within `http.shutdown_grace_ms`, then flushes the store.
 
+pub mod state;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +22,8 @@ use crate::listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, watcher};
 use crate::store::Store;
-use crate::transports::{self, NodeState};
+use crate::transports;
+pub use state::NodeState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::agora;
 use super::http_client::{self, ClientError};
+use super::{agora, envelopes};
 use crate::config::Config;
-use crate::runtime::TransportKind;
+use crate::vocab::TransportKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutboundError {
@@ -34,11 +34,11 @@ pub async fn call(
     let limit = config.outbound.max_response_bytes;
     match transport {
         TransportKind::Agora => {
-            let request = agora::client::OutboundAgora::from_value(body).map_err(OutboundError::Invalid)?;
-            let reply = agora::client::send(url, &request.into_request(), timeout, limit).await?;
+            let request = agora::OutboundAgora::from_value(body).map_err(OutboundError::Invalid)?;
+            let reply = agora::send(url, &request.into_request(), timeout, limit).await?;
             Ok(reply.into_value())
         }
-        TransportKind::Envelope => super::envelopes::client::outbound(config, url, &body)
+        TransportKind::Envelope => envelopes::outbound(config, url, &body)
             .await
             .map_err(|e| OutboundError::Peer(e.to_string())),
         other => Err(OutboundError::Unsupported(other.as_str())),

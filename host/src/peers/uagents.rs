@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::http_client::{self, ClientError};
 use crate::crypto::uagents::Envelope;
-use crate::transports::http_client::{self, ClientError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {

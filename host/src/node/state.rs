@@ -1,0 +1,22 @@
+//! What every request handler can reach: the node's configuration, plugin
+//! runtime and store, and when it started.
+//!
+//! It is built where the node is assembled ([`super::Node::start`]) but sits
+//! in its own layer, below the transports and `/health` that take it, so they
+//! need nothing else of the node.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::runtime::Runtime;
+use crate::store::Store;
+
+/// What every transport handler can reach.
+#[derive(Clone)]
+pub struct NodeState {
+    pub config: Arc<Config>,
+    pub runtime: Runtime,
+    pub store: Store,
+    pub started: Instant,
+}

@@ -1,0 +1,19 @@
+//! The node as a client of other agents: the bounded HTTP client, one client
+//! per protocol the node can call out on, and [`outbound`], which plugins'
+//! `host.outbound` calls go through.
+//!
+//! These sit below both the runtime (which calls out for plugins) and the
+//! transports (which answer inbound traffic and send uAgents replies), so
+//! neither depends on the other to reach a peer.
+//!
+//! - [`http_client`]: timeouts, response-size caps and the allowed-hosts check.
+//! - [`agora`]: Agora two-party JSON exchanges (`agora-node agora`).
+//! - [`envelopes`]: signed Agora envelopes (`agora-node envelope`).
+//! - [`uagents`]: uAgents envelopes to a peer's `/submit`.
+//! - [`outbound`]: a plugin's outbound call, checked against `outbound.allowed_hosts`.
+
+pub mod agora;
+pub mod envelopes;
+pub mod http_client;
+pub mod outbound;
+pub mod uagents;

@@ -1,0 +1,324 @@
+//! Loading plugins: the plugins folder at start-up, one file on reload, and
+//! the install records that decide when a plugin's key-value data goes.
+//!
+//! Plugin files are read only when they are regular files (a symlink to one is
+//! followed), through a non-blocking open and a bounded read: a FIFO or a
+//! symlink to a device in the plugins folder is refused with an error in
+//! `/health`, never read. A plugin's key-value data belongs to its install —
+//! its name at its file: removing the file (while the node runs, or before it
+//! starts) deletes the data, so another plugin taking the name later starts
+//! empty; replacing the file (a new version) keeps it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::bindings::{self, PluginPre};
+use super::exchange::Exchange;
+use super::manifest::{self, PluginManifest};
+use super::{LoadError, LoadedPlugin, Runtime, engine, instance, warm};
+use crate::metrics::OutcomeLabels;
+use crate::store::{Collection, plugin_key};
+
+impl Runtime {
+    /// Load every `.wasm` file in the plugins folder (start-up).
+    pub async fn load_all(&self) {
+        let dir = self.inner.host.config.dir.clone();
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                // Not only regular files: anything else named .wasm is refused
+                // by `load` with an error /health shows, rather than ignored.
+                .filter(|p| has_plugin_extension(p))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "cannot read the plugins folder");
+                return;
+            }
+        };
+        files.sort();
+        for file in &files {
+            self.reload(file).await;
+        }
+        self.end_vanished_installs();
+    }
+
+    /// Bring the plugin at `file` in line with the disk: load a new or changed
+    /// file, withdraw a deleted one. Failures leave the previous version serving.
+    pub async fn reload(&self, file: &Path) {
+        // `symlink_metadata`: a dangling symlink is a file that is there (and
+        // fails to load), not a removal that would end the install.
+        if std::fs::symlink_metadata(file).is_err() {
+            self.unload(file);
+            return;
+        }
+        let started = Instant::now();
+        match self.load(file).await {
+            Ok(Some(plugin)) => {
+                tracing::info!(
+                    plugin = %plugin.manifest.name,
+                    version = %plugin.manifest.version,
+                    file = %file.display(),
+                    routes = ?plugin.manifest.routes(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "plugin loaded"
+                );
+                self.inner
+                    .metrics
+                    .reloads
+                    .get_or_create(&OutcomeLabels::new("ok"))
+                    .inc();
+            }
+            Ok(None) => {
+                // The file is back to the version already serving: nothing is wrong any more.
+                self.inner.load_errors.write().remove(file);
+            }
+            Err(error) => {
+                tracing::error!(file = %file.display(), %error, "plugin not loaded; the previous version (if any) keeps serving");
+                self.inner
+                    .metrics
+                    .reloads
+                    .get_or_create(&OutcomeLabels::new("error"))
+                    .inc();
+                self.inner
+                    .load_errors
+                    .write()
+                    .insert(file.to_path_buf(), error.to_string());
+            }
+        }
+    }
+
+    fn unload(&self, file: &Path) {
+        let removed = {
+            let mut registry = self.inner.registry.write();
+            let removed = registry.by_file(file).map(|plugin| plugin.manifest.name.clone());
+            *registry = Arc::new(registry.without(file));
+            removed
+        };
+        if let Some(name) = &removed {
+            tracing::info!(plugin = %name, file = %file.display(), "plugin removed; its routes are withdrawn and its data deleted");
+            self.end_install(name, file);
+        }
+        self.inner.load_errors.write().remove(file);
+    }
+
+    /// Record that the plugin `name` is installed at `file`; an install of the
+    /// name at another file has ended (its file is gone, else the registry would
+    /// have refused the name twice), so its key-value data goes.
+    fn begin_install(&self, name: &str, file: &Path) {
+        let store = &self.inner.host.store;
+        let key = install_key(name);
+        let here = file.to_string_lossy();
+        match store.get::<String>(Collection::Meta, &key) {
+            Ok(Some(recorded)) if recorded == here => return,
+            Ok(Some(recorded)) => {
+                tracing::info!(plugin = name, previous = %recorded, file = %file.display(), "a new install of this plugin name; the previous install's data is deleted");
+                self.delete_kv(name);
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(plugin = name, %error, "cannot read the plugin's install record"),
+        }
+        if let Err(error) = store.put(Collection::Meta, &key, &here.as_ref(), None) {
+            tracing::warn!(plugin = name, %error, "cannot record the plugin's install");
+        }
+    }
+
+    /// The plugin `name` at `file` was removed: its install, and its data, end.
+    fn end_install(&self, name: &str, file: &Path) {
+        let store = &self.inner.host.store;
+        let key = install_key(name);
+        match store.get::<String>(Collection::Meta, &key) {
+            Ok(Some(recorded)) if recorded == file.to_string_lossy() => {
+                self.delete_kv(name);
+                if let Err(error) = store.remove(Collection::Meta, &key) {
+                    tracing::warn!(plugin = name, %error, "cannot remove the plugin's install record");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// At start-up: installs whose file went away while the node was down end too.
+    fn end_vanished_installs(&self) {
+        let store = &self.inner.host.store;
+        let keys = match store.keys(Collection::Meta, INSTALL_PREFIX.as_bytes(), usize::MAX) {
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list plugin installs");
+                return;
+            }
+        };
+        for key in keys {
+            let name = String::from_utf8_lossy(&key[INSTALL_PREFIX.len()..]).into_owned();
+            if let Ok(Some(file)) = store.get::<String>(Collection::Meta, &key)
+                && std::fs::symlink_metadata(&file).is_err()
+            {
+                tracing::info!(plugin = %name, file = %file, "plugin file gone since the last run; its data is deleted");
+                self.end_install(&name, Path::new(&file));
+            }
+        }
+    }
+
+    fn delete_kv(&self, name: &str) {
+        let store = &self.inner.host.store;
+        let namespace = plugin_key(name, "");
+        let result = store
+            .keys(Collection::PluginKv, &namespace, usize::MAX)
+            .and_then(|keys| {
+                keys.iter()
+                    .try_for_each(|key| store.remove(Collection::PluginKv, key).map(|_| ()))
+            });
+        if let Err(error) = result {
+            tracing::warn!(plugin = name, %error, "cannot delete the plugin's key-value data");
+        }
+    }
+
+    /// Compile, validate and swap in one plugin. `Ok(None)`: unchanged, nothing to do.
+    async fn load(&self, file: &Path) -> Result<Option<Arc<LoadedPlugin>>, LoadError> {
+        let limit = self.inner.host.config.max_file_mb << 20;
+        let path = file.to_path_buf();
+        let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&path, limit))
+            .await
+            .map_err(|error| LoadError::Read {
+                path: file.into(),
+                source: std::io::Error::other(error.to_string()),
+            })??;
+        let content_hash = crate::crypto::sha256_hex(&bytes);
+        if let Some(current) = self.registry().by_file(file)
+            && current.content_hash == content_hash
+        {
+            return Ok(None);
+        }
+        let inner = self.inner.clone();
+        let compile_error = |message: String| LoadError::Compile {
+            path: file.into(),
+            message,
+        };
+        let pre =
+            tokio::task::spawn_blocking(move || -> wasmtime::Result<PluginPre<instance::PluginState>> {
+                let component = engine::compile_cached(&inner.engine, &inner.host.config.cache_dir, &bytes)?;
+                PluginPre::new(inner.linker.instantiate_pre(&component)?)
+            })
+            .await
+            .map_err(|e| compile_error(e.to_string()))?
+            .map_err(|e| compile_error(format!("{e:#}")))?;
+
+        let raw = self
+            .read_manifest(&pre)
+            .await
+            .map_err(|message| LoadError::Manifest {
+                path: file.into(),
+                message,
+            })?;
+        let manifest = PluginManifest::validate(raw).map_err(|message| LoadError::Manifest {
+            path: file.into(),
+            message,
+        })?;
+        let warm = match manifest.instance {
+            manifest::InstancePolicy::Fresh => None,
+            manifest::InstancePolicy::Warm {
+                max_invocations,
+                max_concurrency,
+                idle_timeout_ms,
+            } => Some(warm::WarmPool::new(warm::WarmLimits {
+                max_invocations,
+                max_concurrency,
+                idle_timeout: Duration::from_millis(idle_timeout_ms.into()),
+            })),
+        };
+        let plugin = Arc::new(LoadedPlugin {
+            file: file.to_path_buf(),
+            manifest,
+            content_hash,
+            loaded_at_ms: crate::store::now_ms(),
+            pre,
+            warm,
+        });
+        {
+            let mut registry = self.inner.registry.write();
+            let next = registry.with(plugin.clone()).map_err(LoadError::Conflict)?;
+            *registry = Arc::new(next);
+        }
+        self.begin_install(&plugin.manifest.name, file);
+        self.inner.load_errors.write().remove(file);
+        let in_use = self
+            .registry()
+            .plugins()
+            .map(|p| p.content_hash.clone())
+            .collect();
+        let (cache, bound) = (
+            self.inner.host.config.cache_dir.clone(),
+            self.inner.host.config.cache_max_mb << 20,
+        );
+        tokio::task::spawn_blocking(move || engine::evict_unused(&cache, &in_use, bound));
+        Ok(Some(plugin))
+    }
+
+    async fn read_manifest(
+        &self,
+        pre: &PluginPre<instance::PluginState>,
+    ) -> Result<bindings::Manifest, String> {
+        // No key-value namespace: a manifest is read before the plugin is
+        // known, and must not reach any plugin's data (nor share one).
+        let mut store = instance::new_store(&self.inner, Arc::from("(loading)"), None, Exchange::new());
+        let result = async {
+            let plugin = pre.instantiate_async(&mut store).await?;
+            plugin.call_manifest(&mut store).await
+        }
+        .await;
+        instance::drain_stdio(&store);
+        result.map_err(|error| instance::classify(&mut store, error).to_string())
+    }
+}
+
+/// Key of the install record of plugin `name` in [`Collection::Meta`]: its file.
+const INSTALL_PREFIX: &str = "plugin-install:";
+
+fn install_key(name: &str) -> Vec<u8> {
+    format!("{INSTALL_PREFIX}{name}").into_bytes()
+}
+
+fn has_plugin_extension(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "wasm")
+}
+
+/// Read a plugin file: a regular file only (a symlink to one is followed), at
+/// most `limit` bytes. The open does not block (a FIFO would, until a writer
+/// came), and the type is checked on the opened file, so a swap between check
+/// and read cannot slip a device or FIFO through.
+fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_error = |source| LoadError::Read {
+        path: path.into(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if !metadata.is_file() {
+        return Err(LoadError::NotAFile { path: path.into() });
+    }
+    if metadata.len() > limit {
+        return Err(LoadError::TooLarge {
+            path: path.into(),
+            size: metadata.len(),
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    // One byte past the limit tells a file that grew since the check.
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    if bytes.len() as u64 > limit {
+        return Err(LoadError::TooLarge {
+            path: path.into(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}

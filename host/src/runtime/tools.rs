@@ -1,0 +1,223 @@
+//! Tool calls from plugins (`host.call-tool`): approval by risk, the tool
+//! plugin's `run-tool` in an exchange of its own ([`Exchange::nested`]), and
+//! the lifecycle the caller's consumer sees as `tool_call` events.
+//!
+//! The lifecycle is a [`ToolStage`] value at every step, serialised once when
+//! it is sent: a tool that needs approval and is refused (no approver, no
+//! parking place, rejected, timed out) goes straight to `failed`; otherwise it
+//! is `started`, then `completed` or `failed`. HAI checks that order
+//! (`transports::hai::turn`), so a plugin cannot fake these events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
+use super::instance::{self, CallSlot};
+use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
+
+/// One step of a tool call's lifecycle, as its `tool_call` event says it.
+#[derive(Debug, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+enum ToolStage {
+    Started { arguments: Value },
+    Completed { result: Value },
+    Failed { error: String },
+}
+
+/// The identity of one tool call: what every lifecycle event of it carries.
+#[derive(Serialize)]
+struct ToolCall<'a> {
+    call_id: String,
+    tool_name: &'a str,
+    risk: Risk,
+    #[serde(skip)]
+    exchange: &'a Exchange,
+}
+
+impl ToolCall<'_> {
+    async fn send(&self, stage: ToolStage) {
+        #[derive(Serialize)]
+        struct Event<'b, 'c> {
+            #[serde(flatten)]
+            call: &'b ToolCall<'c>,
+            #[serde(flatten)]
+            stage: ToolStage,
+        }
+        let data = match serde_json::to_value(Event { call: self, stage }) {
+            Ok(data) => data,
+            Err(error) => {
+                tracing::warn!(%error, tool = self.tool_name, "tool lifecycle event not serialisable");
+                return;
+            }
+        };
+        let event = PluginEvent {
+            kind: "tool_call".into(),
+            data,
+        };
+        // A consumer that has gone or stalls does not change the tool's outcome.
+        let _ = self.exchange.send_lifecycle(event).await;
+    }
+
+    async fn failed(&self, error: impl Into<String>) {
+        self.send(ToolStage::Failed { error: error.into() }).await;
+    }
+}
+
+impl Runtime {
+    /// Run a tool for a plugin call: lifecycle events, approval by risk, then
+    /// the tool plugin's `run-tool` (in a fresh instance, or a warm one if its
+    /// manifest asks) in an exchange of its own ([`Exchange::nested`]).
+    ///
+    /// The caller is parked meanwhile (its `slot` given up) when a parking place
+    /// is free; a tool that needs an approval and finds none fails at once.
+    pub(crate) async fn run_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+        caller: &Exchange,
+        slot: &mut CallSlot,
+    ) -> Result<String, ToolError> {
+        let host = &self.inner.host;
+        if caller.tool_depth >= host.config.max_tool_depth {
+            return Err(ToolError::TooDeep(host.config.max_tool_depth));
+        }
+        let registry = self.registry();
+        let Some(plugin) = registry.tool(name).cloned() else {
+            return Err(ToolError::Unknown(name.to_string()));
+        };
+        let Some(spec) = plugin.manifest.tools.iter().find(|t| t.name == name).cloned() else {
+            return Err(ToolError::Unknown(name.to_string()));
+        };
+        let call = ToolCall {
+            call_id: uuid::Uuid::new_v4().to_string(),
+            tool_name: name,
+            risk: spec.risk,
+            exchange: caller,
+        };
+        let threshold = Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High);
+        let approver = if spec.risk >= threshold {
+            let Some(approver) = caller.approver.clone() else {
+                call.failed("no approver").await;
+                return Err(ToolError::NoApprover(name.to_string()));
+            };
+            Some(approver)
+        } else {
+            None
+        };
+        let place = host.park_place();
+        if approver.is_some() && place.is_none() {
+            call.failed("too many calls wait for an approval").await;
+            return Err(ToolError::TooManyWaiting {
+                tool: name.to_string(),
+                limit: host.max_parked,
+            });
+        }
+        let work = async {
+            if let Some(approver) = approver {
+                let request = ApprovalRequest {
+                    call_id: call.call_id.clone(),
+                    tool_name: name.to_string(),
+                    arguments: arguments.clone(),
+                    risk: spec.risk,
+                    description: spec.description.clone(),
+                };
+                let timeout = Duration::from_millis(self.inner.tools.approval_timeout_ms);
+                let outcome = tokio::time::timeout(timeout, approver.approve(request))
+                    .await
+                    .unwrap_or(ApprovalOutcome::TimedOut);
+                match outcome {
+                    ApprovalOutcome::Approved => {}
+                    ApprovalOutcome::Rejected { feedback } => {
+                        call.failed("rejected").await;
+                        return Err(ToolError::Rejected {
+                            tool: name.to_string(),
+                            feedback,
+                        });
+                    }
+                    ApprovalOutcome::TimedOut => {
+                        call.failed("approval timed out").await;
+                        return Err(ToolError::ApprovalTimedOut(name.to_string()));
+                    }
+                }
+            }
+            call.send(ToolStage::Started {
+                arguments: arguments.clone(),
+            })
+            .await;
+            let result = self
+                .run_tool_instance(&plugin, name, &arguments, caller.nested())
+                .await;
+            let end = match &result {
+                Ok(output) => ToolStage::Completed {
+                    result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
+                },
+                Err(error) => ToolStage::Failed {
+                    error: error.to_string(),
+                },
+            };
+            call.send(end).await;
+            result
+        };
+        host.while_parked(slot, place, work).await
+    }
+
+    async fn run_tool_instance(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        name: &str,
+        arguments: &Value,
+        exchange: Exchange,
+    ) -> Result<String, ToolError> {
+        let started = Instant::now();
+        let outcome = self.run_tool_call(plugin, name, arguments, exchange).await;
+        let label = match &outcome {
+            Ok(Ok(_)) => "ok",
+            // The tool answered with an error of its own: a failure, not a fault.
+            Ok(Err(_)) => "failure",
+            Err(error) => error.outcome(),
+        };
+        let elapsed = started.elapsed();
+        self.inner
+            .metrics
+            .observe_outcome("tool", &plugin.manifest.name, label, elapsed);
+        let failed = |message: String| ToolError::Failed {
+            tool: name.to_string(),
+            message,
+        };
+        match outcome {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(message)) => Err(failed(message)),
+            Err(error) => Err(failed(error.to_string())),
+        }
+    }
+
+    /// One `run-tool` call: the tool's own answer (`Ok(Err)` is an error it reported),
+    /// or how the instance failed.
+    async fn run_tool_call(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        name: &str,
+        arguments: &Value,
+        exchange: Exchange,
+    ) -> Result<Result<String, String>, InvokeError> {
+        let mut call_instance = self.call_instance(plugin, exchange).await?;
+        let (store, instance) = call_instance.parts();
+        let outcome = instance
+            .call_run_tool(&mut *store, name, &arguments.to_string())
+            .await;
+        instance::drain_stdio(store);
+        let (result, clean) = match outcome {
+            Ok(Ok(output)) => match self.check_output(output) {
+                Ok(output) => (Ok(Ok(output)), true),
+                Err(error) => (Err(error), false),
+            },
+            Ok(Err(message)) => (Ok(Err(message)), true),
+            Err(error) => (Err(instance::classify(store, error)), false),
+        };
+        self.release(plugin, call_instance, clean);
+        result
+    }
+}

@@ -1,0 +1,121 @@
+//! The words every layer shares: which protocol a message came on, what a
+//! plugin is asked to do, how risky a tool is, and why a call produced no
+//! reply.
+//!
+//! This is the bottom layer: it uses no other module of the crate, so
+//! configuration, metrics, the runtime and the transports can all speak of a
+//! [`TransportKind`] or an [`InvokeError`] without depending on each other.
+//! The WIT bindings mirror some of these types; the runtime converts between
+//! the two at its edge.
+
+use serde::Serialize;
+
+/// The wire protocol a message arrived on (mirrors `types.transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    Agora,
+    Envelope,
+    Uagents,
+    Arena,
+    Hai,
+}
+
+impl TransportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Agora => "agora",
+            TransportKind::Envelope => "envelope",
+            TransportKind::Uagents => "uagents",
+            TransportKind::Arena => "arena",
+            TransportKind::Hai => "hai",
+        }
+    }
+}
+
+/// What the host asks of a plugin's `handle` (mirrors `types.phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Handle,
+    Quote,
+    Execute,
+}
+
+/// A tool's risk level; tools at or above the configured threshold need approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl Risk {
+    pub fn parse(text: &str) -> Option<Risk> {
+        match text {
+            "low" => Some(Risk::Low),
+            "medium" => Some(Risk::Medium),
+            "high" => Some(Risk::High),
+            "critical" => Some(Risk::Critical),
+            _ => None,
+        }
+    }
+}
+
+/// One inbound message for a plugin, as a transport hands it over.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub transport: TransportKind,
+    pub phase: Phase,
+    pub route: String,
+    pub sender: Option<String>,
+    pub conversation: Option<String>,
+    pub body: String,
+}
+
+/// How a plugin says it refused a message (mirrors `types.failure-kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The body is not valid for the protocol.
+    BadRequest,
+    /// The plugin does not support what was asked.
+    Unsupported,
+    /// The thing asked for does not exist.
+    NotFound,
+    /// The request needs payment or a larger budget.
+    PaymentRequired,
+    /// The plugin failed for its own reasons.
+    Internal,
+}
+
+/// Why a plugin call produced no reply. Transports map this to their wire shape.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("{message}")]
+    Failure { kind: FailureKind, message: String },
+    #[error("the plugin exceeded its execution time")]
+    Timeout,
+    #[error("the plugin exceeded its memory limit")]
+    MemoryExceeded,
+    #[error("the plugin failed: {0}")]
+    Trapped(String),
+    #[error("the plugin's reply is {size} bytes, over the {limit}-byte limit")]
+    OutputTooLarge { size: usize, limit: usize },
+    #[error("the node is overloaded; try again shortly")]
+    Overloaded,
+}
+
+impl InvokeError {
+    /// The `outcome` label of this error in `/metrics`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            InvokeError::Failure { .. } => "failure",
+            InvokeError::Timeout => "timeout",
+            InvokeError::MemoryExceeded => "memory",
+            InvokeError::Trapped(_) => "trap",
+            InvokeError::OutputTooLarge { .. } => "output_too_large",
+            InvokeError::Overloaded => "overloaded",
+        }
+    }
+}
