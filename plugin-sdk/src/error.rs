@@ -261,27 +261,19 @@ mod tests {
 
     #[test]
     fn outbound_calls_that_never_left_are_refused_and_the_rest_failed() {
-        for message in [
-            "host evil.example is not in outbound.allowed_hosts",
-            "invalid URL \"nope\"",
-            "invalid outbound request: no body",
-            "outbound body is not JSON: EOF",
-            "outbound calls over uagents are not available",
+        let refused: fn(String) -> HostError = HostError::OutboundRefused;
+        let failed: fn(String) -> HostError = HostError::OutboundFailed;
+        for (message, case) in [
+            ("host evil.example is not in outbound.allowed_hosts", refused),
+            ("invalid URL \"nope\"", refused),
+            ("invalid outbound request: no body", refused),
+            ("outbound body is not JSON: EOF", refused),
+            ("outbound calls over uagents are not available", refused),
+            ("http://peer/agora did not answer within 5000 ms", failed),
+            ("request to http://peer/agora failed: connection refused", failed),
+            ("the peer answered with a failure: Unsupported protocol", failed),
         ] {
-            assert_eq!(
-                HostError::from_outbound(text(message)),
-                HostError::OutboundRefused(text(message))
-            );
-        }
-        for message in [
-            "http://peer/agora did not answer within 5000 ms",
-            "request to http://peer/agora failed: connection refused",
-            "the peer answered with a failure: Unsupported protocol",
-        ] {
-            assert_eq!(
-                HostError::from_outbound(text(message)),
-                HostError::OutboundFailed(text(message))
-            );
+            assert_eq!(HostError::from_outbound(text(message)), case(text(message)));
         }
     }
 

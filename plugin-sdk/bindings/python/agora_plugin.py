@@ -11,6 +11,7 @@ SDK (plugin-sdk/src) is the reference: the same cases, the same words.
 """
 
 import dataclasses
+import functools
 import json
 import typing
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
@@ -90,21 +91,16 @@ HOST_ERROR_KINDS = (
 )
 
 
-class HostError(Err[types.Failure]):
+class HostError(Exception):
     """A host call the node refused or could not complete (the Rust SDK's
     `HostError`); `str(error)` is the host's own words, `kind` one of
     HOST_ERROR_KINDS.
 
-    It is an `Err` holding an `internal` Failure with that message, so one that
-    leaves `handle` is answered as that typed failure; `dispatch_tool` turns it
+    componentize-py answers only an `Err` raised from an export, anything else
+    traps the call: `@handler` on `handle` answers a HostError as the
+    `internal` failure `failure()` makes of it, and `dispatch_tool` turns it
     into the tool's error.
     """
-
-    kind: str
-    message: str
-    tool: Optional[str]
-    feedback: Optional[str]
-    reason: Optional[str]
 
     def __init__(
         self,
@@ -115,24 +111,33 @@ class HostError(Err[types.Failure]):
         feedback: Optional[str] = None,
         reason: Optional[str] = None,
     ) -> None:
-        super().__init__(types.Failure(kind=types.FailureKind.INTERNAL, message=message))
-        # Err is a frozen dataclass: its fields are set through object, like its own __init__ does.
-        for field, value in (
-            ("kind", kind),
-            ("message", message),
-            ("tool", tool),
-            ("feedback", feedback),
-            ("reason", reason),
-        ):
-            object.__setattr__(self, field, value)
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.tool = tool  # the tool's name, for the tool-rejected, -timed-out and -failed kinds
+        self.feedback = feedback  # what the human said along with a rejection, if anything
+        self.reason = reason  # the tool's own error, for tool-failed
 
-    def __str__(self) -> str:
-        return self.message
+    def failure(self) -> Err[types.Failure]:
+        """The `internal` failure `handle` answers for this error, in the host's words."""
+        return Err(types.Failure(kind=types.FailureKind.INTERNAL, message=self.message))
 
-    def __repr__(self) -> str:
-        return f"HostError({self.kind!r}, {self.message!r})"
 
-    __hash__ = object.__hash__
+H = TypeVar("H", bound=Callable[..., str])
+
+
+def handler(handle: H) -> H:
+    """Decorate `handle` with it: a HostError leaving it is answered as its
+    `failure()` (the `?` of the Rust SDK) instead of trapping the call."""
+
+    @functools.wraps(handle)
+    def answered(*args: Any, **kwargs: Any) -> str:
+        try:
+            return handle(*args, **kwargs)
+        except HostError as error:
+            raise error.failure() from None
+
+    return typing.cast(H, answered)
 
 
 def _kv_error(message: str) -> HostError:

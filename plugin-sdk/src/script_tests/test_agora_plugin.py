@@ -32,11 +32,19 @@ class Report:
 
 
 class HostErrors(unittest.TestCase):
-    def test_a_host_error_is_the_typed_failure_handle_answers(self):
-        error = sdk.HostError("limit", "values are limited to 10 bytes")
-        self.assertIsInstance(error, Err)
-        self.assertEqual(error.value, types.Failure(kind=types.FailureKind.INTERNAL, message=str(error)))
-        self.assertEqual(str(error), "values are limited to 10 bytes")
+    def test_a_host_error_leaving_handle_is_its_typed_failure(self):
+        @sdk.handler
+        def handle(message: str) -> str:
+            if message == "store":
+                raise sdk.HostError("limit", "values are limited to 10 bytes")
+            return message
+
+        self.assertEqual(handle("hi"), "hi")
+        with self.assertRaises(Err) as caught:
+            handle("store")
+        self.assertIs(type(caught.exception), Err)
+        failure = types.Failure(kind=types.FailureKind.INTERNAL, message="values are limited to 10 bytes")
+        self.assertEqual(caught.exception.value, failure)
 
     def test_store_refusals(self):
         host.kv_set = refuse("values are limited to 10 bytes")
