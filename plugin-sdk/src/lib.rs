@@ -4,7 +4,8 @@
 //! (`wit/agora-node.wit`). This crate hides the component plumbing: a plugin
 //! author implements [`Plugin`] on a struct and names it once with
 //! [`export_plugin!`]. Everything the host offers (logging, the key-value store,
-//! events, tools, history, outbound calls) is a safe function in [`host`].
+//! events, tools, history, outbound calls) is a safe function in [`host`]
+//! whose failure is a [`HostError`]; `?` turns it into the plugin's answer.
 //!
 //! ```ignore
 //! use agora_plugin_sdk::prelude::*;
@@ -20,8 +21,16 @@
 //! }
 //! export_plugin!(Hello);
 //! ```
+//!
+//! A plugin that offers tools reads each tool's arguments into a struct of its
+//! own with [`ToolArguments::parse`]; what cannot be read is answered
+//! `bad arguments: …` without the tool running.
+
+#![warn(missing_docs)]
 
 #[doc(hidden)]
+// Generated code: the WIT records' constructors take one argument per field.
+#[allow(clippy::too_many_arguments)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
@@ -33,15 +42,21 @@ pub mod bindings {
     });
 }
 
+mod error;
 pub mod host;
 mod manifest;
+#[cfg(test)]
+mod script_tests;
+mod tool;
 
 pub use bindings::agora::node::types::{
     EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk, Tool,
     Transport, WarmPool,
 };
+pub use error::HostError;
 pub use manifest::Manifest;
 pub use serde_json::{self, Value, json};
+pub use tool::{ToolArguments, ToolFailure};
 
 /// What a plugin implements. Only `manifest` and `handle` are required.
 pub trait Plugin {
@@ -51,10 +66,19 @@ pub trait Plugin {
     /// Answer one verified, routed message with JSON text.
     fn handle(message: Message) -> Result<String, Failure>;
 
-    /// Run one of the tools named in the manifest.
-    fn run_tool(name: String, arguments: String) -> Result<String, String> {
+    /// Run one of the tools named in the manifest: its JSON text, or why it failed.
+    ///
+    /// ```ignore
+    /// fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {
+    ///     match name.as_str() {
+    ///         "search" => search(arguments.parse()?), // fn search(args: SearchArguments) -> …
+    ///         other => Err(ToolFailure::unknown_tool(other)),
+    ///     }
+    /// }
+    /// ```
+    fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {
         let _ = arguments;
-        Err(format!("this plugin offers no tool named {name:?}"))
+        Err(ToolFailure::unknown_tool(&name))
     }
 }
 
@@ -66,21 +90,26 @@ impl Message {
 }
 
 impl Failure {
+    /// A failure of `kind` saying `message`.
     pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
         Failure {
             kind,
             message: message.into(),
         }
     }
+    /// The body is not valid for the protocol.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(FailureKind::BadRequest, message)
     }
+    /// The plugin does not support what was asked.
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(FailureKind::Unsupported, message)
     }
+    /// The thing asked for does not exist.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(FailureKind::NotFound, message)
     }
+    /// The plugin failed for its own reasons (or the host's: see [`HostError`]).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(FailureKind::Internal, message)
     }
@@ -102,7 +131,7 @@ impl<P: Plugin> bindings::Guest for Adapter<P> {
         P::handle(message)
     }
     fn run_tool(name: String, arguments: String) -> Result<String, String> {
-        P::run_tool(name, arguments)
+        P::run_tool(name, ToolArguments::new(arguments)).map_err(ToolFailure::into_message)
     }
 }
 
@@ -119,7 +148,8 @@ macro_rules! export_plugin {
 pub mod prelude {
     pub use crate::host;
     pub use crate::{
-        Failure, FailureKind, Manifest, Message, Phase, Plugin, Risk, Transport, export_plugin, reply,
+        Failure, FailureKind, HostError, Manifest, Message, Phase, Plugin, Risk, ToolArguments, ToolFailure,
+        Transport, export_plugin, reply,
     };
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::{self, Value, json};

@@ -9,6 +9,7 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// A manifest for plugin `name` at `version` that serves nothing yet.
     pub fn new(name: &str, version: &str) -> Self {
         Manifest {
             inner: wit::Manifest {
@@ -28,6 +29,7 @@ impl Manifest {
         }
     }
 
+    /// What the plugin does, in a sentence.
     pub fn description(mut self, text: &str) -> Self {
         self.inner.description = text.to_string();
         self

@@ -126,11 +126,14 @@ fn recall_name(in_conversation: bool) -> String {
     if !in_conversation {
         return "I only remember things within a multi-round conversation.".into();
     }
-    let name = host::history()
-        .into_iter()
+    let said = match user_messages() {
+        Ok(said) => said,
+        Err(error) => return cannot_recall(error),
+    };
+    let name = said
+        .iter()
         .rev()
-        .filter(|entry| entry.role == "user")
-        .find_map(|entry| entry.body.as_str().and_then(stated_name));
+        .find_map(|body| body.as_str().and_then(stated_name));
     match name {
         Some(name) => format!("Your name is {name}."),
         None => "You have not told me your name yet.".into(),
@@ -141,15 +144,16 @@ fn recall_last(in_conversation: bool) -> String {
     if !in_conversation {
         return "I only remember things within a multi-round conversation.".into();
     }
-    let history = host::history();
-    let said: Vec<String> = history
-        .iter()
-        .filter(|entry| entry.role == "user")
-        .map(|entry| match &entry.body {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        })
-        .collect();
+    let said: Vec<String> = match user_messages() {
+        Ok(said) => said
+            .into_iter()
+            .map(|body| match body {
+                Value::String(text) => text,
+                other => other.to_string(),
+            })
+            .collect(),
+        Err(error) => return cannot_recall(error),
+    };
     match said.last() {
         Some(last) => format!(
             "You have sent {} earlier message(s); the last one was {last:?}.",
@@ -157,6 +161,19 @@ fn recall_last(in_conversation: bool) -> String {
         ),
         None => "This is your first message.".into(),
     }
+}
+
+/// The bodies of the sender's earlier messages in this conversation, oldest first.
+fn user_messages() -> Result<Vec<Value>, HostError> {
+    Ok(host::history()?
+        .into_iter()
+        .filter(|entry| entry.role == "user")
+        .map(|entry| entry.body)
+        .collect())
+}
+
+fn cannot_recall(error: HostError) -> String {
+    format!("I cannot read our conversation's history: {error}")
 }
 
 /// "convert 5 km to mi", "5 kg in lb", "how many ft is 3 m" (first form only for the latter).

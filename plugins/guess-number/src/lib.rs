@@ -57,10 +57,14 @@ fn parse_request(body: &Value) -> Result<Request, String> {
                 .and_then(Value::as_i64)
                 .ok_or_else(|| format!("\"start\" needs an integer \"{key}\""))
         };
-        return Ok(Request::Start {
-            min: bound("min")?,
-            max: bound("max")?,
-        });
+        let (min, max) = (bound("min")?, bound("max")?);
+        if min > max {
+            return Err("\"min\" must not be above \"max\"".into());
+        }
+        if max.saturating_sub(min) > MAX_SPAN {
+            return Err(format!("the range may span at most {MAX_SPAN}"));
+        }
+        return Ok(Request::Start { min, max });
     }
     if let Some(guess) = body.get("guess") {
         return guess
@@ -82,13 +86,7 @@ fn secret_in(min: i64, max: i64) -> i64 {
     min + (hasher.finish() % span) as i64
 }
 
-fn new_game(conversation: &str, min: i64, max: i64) -> Result<Game, String> {
-    if min > max {
-        return Err("\"min\" must not be above \"max\"".into());
-    }
-    if max.saturating_sub(min) > MAX_SPAN {
-        return Err(format!("the range may span at most {MAX_SPAN}"));
-    }
+fn new_game(conversation: &str, min: i64, max: i64) -> Result<Game, HostError> {
     prune_old_games();
     let game = Game {
         secret: secret_in(min, max),
@@ -101,42 +99,53 @@ fn new_game(conversation: &str, min: i64, max: i64) -> Result<Game, String> {
     Ok(game)
 }
 
+/// Forget old games; one that cannot be read is forgotten too.
 fn prune_old_games() {
     let now = host::now_ms();
     for key in host::kv_keys("game:", PRUNE_SCAN) {
-        let stale = host::kv_get_json::<Game>(&key)
-            .is_none_or(|game| now.saturating_sub(game.started_ms) > GAME_RETENTION_MS);
+        let stale = match host::kv_get_json::<Game>(&key) {
+            Ok(Some(game)) => now.saturating_sub(game.started_ms) > GAME_RETENTION_MS,
+            Ok(None) | Err(_) => true,
+        };
         if stale {
+            // Pruning is best effort: a game left behind is looked at again next time.
             let _ = host::kv_delete(&key);
         }
     }
 }
 
 /// The guesses earlier rounds made, from the conversation's history.
-fn previous_guesses() -> Vec<i64> {
-    host::history()
+fn previous_guesses() -> Result<Vec<i64>, HostError> {
+    Ok(host::history()?
         .into_iter()
         .filter(|entry| entry.role == "user")
         .filter_map(|entry| {
             let text = entry.body.to_string();
             body_object(&text)?.get("guess")?.as_i64()
         })
-        .collect()
+        .collect())
 }
 
-fn play(conversation: &str, request: Request) -> Result<Value, String> {
-    let stored = host::kv_get_json::<Game>(&game_key(conversation));
+/// A protocol-level error, answered inside `body` (spec §10.3).
+fn refusal(error: impl Into<String>) -> Value {
+    json!({"error": error.into()})
+}
+
+/// The answer to one request: the protocol's reply or refusal; the host's
+/// failures are the node's, not the sender's.
+fn play(conversation: &str, request: Request) -> Result<Value, HostError> {
+    let stored = host::kv_get_json::<Game>(&game_key(conversation))?;
     match request {
         Request::Start { min, max } => {
             if stored.is_some() {
-                return Err("this conversation's game has already started".into());
+                return Ok(refusal("this conversation's game has already started"));
             }
             let game = new_game(conversation, min, max)?;
             Ok(json!({"started": true, "min": game.min, "max": game.max}))
         }
         Request::History => {
             let solved = stored.is_some_and(|game| game.solved);
-            Ok(json!({"guesses": previous_guesses(), "solved": solved}))
+            Ok(json!({"guesses": previous_guesses()?, "solved": solved}))
         }
         Request::Guess(guess) => {
             let mut game = match stored {
@@ -144,10 +153,13 @@ fn play(conversation: &str, request: Request) -> Result<Value, String> {
                 None => new_game(conversation, DEFAULT_RANGE.0, DEFAULT_RANGE.1)?,
             };
             if game.solved {
-                return Err("the game is over: the number was already guessed".into());
+                return Ok(refusal("the game is over: the number was already guessed"));
             }
             if guess < game.min || guess > game.max {
-                return Err(format!("the guess must be between {} and {}", game.min, game.max));
+                return Ok(refusal(format!(
+                    "the guess must be between {} and {}",
+                    game.min, game.max
+                )));
             }
             let result = match guess.cmp(&game.secret) {
                 std::cmp::Ordering::Less => "higher",
@@ -158,7 +170,7 @@ fn play(conversation: &str, request: Request) -> Result<Value, String> {
                 game.solved = true;
                 host::kv_set_json(&game_key(conversation), &game)?;
             }
-            let guesses = previous_guesses().len() + 1;
+            let guesses = previous_guesses()?.len() + 1;
             Ok(json!({"result": result, "guess": guess, "guesses": guesses}))
         }
     }
@@ -172,15 +184,18 @@ impl Plugin for GuessNumber {
     }
 
     fn handle(message: Message) -> Result<String, Failure> {
-        let outcome = match &message.conversation {
-            None => Err("this protocol needs a multi-round conversation (\"multiround\": true)".into()),
-            Some(conversation) => body_object(&message.body)
-                .ok_or_else(|| "body must be a JSON object".to_string())
-                .and_then(|body| parse_request(&body))
-                .and_then(|request| play(conversation, request)),
+        let Some(conversation) = &message.conversation else {
+            return reply(refusal(
+                "this protocol needs a multi-round conversation (\"multiround\": true)",
+            ));
         };
-        // Protocol errors are answered inside `body` (spec §10.3).
-        reply(outcome.unwrap_or_else(|error| json!({"error": error})))
+        let request = body_object(&message.body)
+            .ok_or_else(|| "body must be a JSON object".to_string())
+            .and_then(|body| parse_request(&body));
+        match request {
+            Ok(request) => reply(play(conversation, request)?),
+            Err(error) => reply(refusal(error)),
+        }
     }
 }
 

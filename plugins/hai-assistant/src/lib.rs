@@ -32,7 +32,7 @@ impl Plugin for Assistant {
         let body: Body = message.json()?;
         let lower = body.content.to_lowercase();
         let answer = if lower.contains("what did i say first") {
-            recall_first()
+            recall_first()?
         } else if lower.contains("report") {
             report(&body.content)
         } else if lower.contains("search") {
@@ -82,15 +82,15 @@ fn chat(content: &str) -> String {
     )
 }
 
-fn recall_first() -> String {
-    let first = host::history()
+fn recall_first() -> Result<String, HostError> {
+    let first = host::history()?
         .into_iter()
         .find(|entry| entry.role == "user")
         .and_then(|entry| entry.body["content"].as_str().map(str::to_string));
-    match first {
+    Ok(match first {
         Some(first) => format!("The first thing you said in this session was {}.", quote(&first)),
         None => "I have no earlier messages from you in this session.".to_string(),
-    }
+    })
 }
 
 /// The words after "search" (and a leading "for"/"about"), without closing punctuation.
@@ -179,16 +179,17 @@ fn report(content: &str) -> String {
                 result["violations"].as_u64().unwrap_or(0)
             )
         }
-        Err(error) if error.contains("was rejected") => match error.split_once("was rejected: ") {
-            Some((_, feedback)) => format!(
-                "The inspection report for {inspection} was not generated: you rejected it. Your feedback: {}",
-                quote(feedback)
-            ),
-            None => format!(
-                "The inspection report for {inspection} was not generated: you rejected it without feedback."
-            ),
-        },
-        Err(error) if error.contains("timed out") => {
+        Err(HostError::ToolRejected {
+            feedback: Some(feedback),
+            ..
+        }) => format!(
+            "The inspection report for {inspection} was not generated: you rejected it. Your feedback: {}",
+            quote(&feedback)
+        ),
+        Err(HostError::ToolRejected { feedback: None, .. }) => format!(
+            "The inspection report for {inspection} was not generated: you rejected it without feedback."
+        ),
+        Err(HostError::ToolTimedOut { .. }) => {
             format!("The inspection report for {inspection} was not generated: nobody approved it in time.")
         }
         Err(error) => {

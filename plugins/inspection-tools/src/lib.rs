@@ -291,28 +291,28 @@ impl Plugin for InspectionTools {
         ))
     }
 
-    fn run_tool(name: String, arguments: String) -> Result<String, String> {
+    fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {
         match name.as_str() {
-            "search_regulations" => {
-                let args: SearchArguments =
-                    serde_json::from_str(&arguments).map_err(|e| format!("bad arguments: {e}"))?;
-                let limit = args.limit.unwrap_or(5).clamp(1, 10) as usize;
-                search(args.query.as_deref().unwrap_or_default(), limit).map(|v| v.to_string())
-            }
-            "generate_inspection_report" => {
-                let args: ReportArguments =
-                    serde_json::from_str(&arguments).map_err(|e| format!("bad arguments: {e}"))?;
-                let id = args.inspection_id.unwrap_or_default();
-                let notes: Option<String> = args.notes.map(|n| n.chars().take(2000).collect());
-                let report = draft_report(&id, notes.as_deref())?;
-                let stored = json!({"report": report, "stored_at_ms": host::now_ms()});
-                host::kv_set_json(&format!("report:{id}"), &stored)
-                    .map_err(|e| format!("the report could not be stored: {e}"))?;
-                Ok(report.to_string())
-            }
-            other => Err(format!("unknown tool {other:?}")),
+            "search_regulations" => search_regulations(arguments.parse()?),
+            "generate_inspection_report" => generate_inspection_report(arguments.parse()?),
+            other => Err(ToolFailure::unknown_tool(other)),
         }
     }
+}
+
+fn search_regulations(args: SearchArguments) -> Result<String, ToolFailure> {
+    let limit = args.limit.unwrap_or(5).clamp(1, 10) as usize;
+    Ok(search(args.query.as_deref().unwrap_or_default(), limit)?.to_string())
+}
+
+fn generate_inspection_report(args: ReportArguments) -> Result<String, ToolFailure> {
+    let id = args.inspection_id.unwrap_or_default();
+    let notes: Option<String> = args.notes.map(|n| n.chars().take(2000).collect());
+    let report = draft_report(&id, notes.as_deref())?;
+    let stored = json!({"report": report, "stored_at_ms": host::now_ms()});
+    host::kv_set_json(&format!("report:{id}"), &stored)
+        .map_err(|e| ToolFailure::new(format!("the report could not be stored: {e}")))?;
+    Ok(report.to_string())
 }
 
 export_plugin!(InspectionTools);

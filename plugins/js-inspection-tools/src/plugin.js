@@ -17,8 +17,16 @@
 // constants), so a reused instance carries nothing from one call to the next
 // beyond the engine's own heap.
 
-import { kvSet, nowMs } from "agora:node/host@0.1.0";
-import { manifest as manifestOf } from "../build/agora-plugin.js";
+import { nowMs } from "agora:node/host@0.1.0";
+import {
+  count,
+  dispatchTool,
+  kvSetJson,
+  manifest as manifestOf,
+  optional,
+  string,
+  toolArguments,
+} from "../build/agora-plugin.js";
 import { ALPHANUMERIC, UNPRINTABLE } from "../build/unicode.js";
 
 // Illustrative texts, not legal advice. Identical to the Rust plugin's table.
@@ -229,52 +237,25 @@ function draftReport(inspectionId, notes) {
   };
 }
 
-// The arguments object as serde reads the Rust plugin's argument structs:
-// absent or null fields are None, a wrong type is an error, and an array of
-// exactly one value per field is read positionally.
-function fields(text, names) {
-  let args;
-  try {
-    args = JSON.parse(text);
-  } catch (error) {
-    throw `bad arguments: ${error.message}`;
-  }
-  if (Array.isArray(args)) {
-    if (args.length !== names.length) throw `bad arguments: expected ${names.length} fields, got ${args.length}`;
-    return Object.fromEntries(names.map((name, i) => [name, args[i] ?? undefined]));
-  }
-  if (args === null || typeof args !== "object") throw "bad arguments: expected an object";
-  return Object.fromEntries(names.map((name) => [name, args[name] ?? undefined]));
-}
-
-function optionalString(value, name) {
-  if (value !== undefined && typeof value !== "string") throw `bad arguments: ${name} must be a string`;
-  return value;
-}
-
-function optionalCount(value, name) {
-  const isU64 = Number.isInteger(value) && value >= 0 && value <= 18446744073709551615;
-  if (value !== undefined && !isU64) throw `bad arguments: ${name} must be a non-negative integer`;
-  return value;
-}
+// The Rust plugin's argument structs, read as serde reads them.
+const SEARCH_ARGUMENTS = { query: optional(string), limit: optional(count) };
+const REPORT_ARGUMENTS = { inspection_id: optional(string), notes: optional(string) };
 
 function searchRegulations(argumentsText) {
-  const args = fields(argumentsText, ["query", "limit"]);
-  const query = optionalString(args.query, "query") ?? "";
-  const limit = Math.min(10, Math.max(1, optionalCount(args.limit, "limit") ?? 5));
-  return search(query, limit);
+  const args = toolArguments(argumentsText, SEARCH_ARGUMENTS);
+  const limit = Math.min(10, Math.max(1, args.limit ?? 5));
+  return search(args.query ?? "", limit);
 }
 
 function generateInspectionReport(argumentsText) {
-  const args = fields(argumentsText, ["inspection_id", "notes"]);
-  const id = optionalString(args.inspection_id, "inspection_id") ?? "";
-  const notes = optionalString(args.notes, "notes");
-  const report = draftReport(id, notes === undefined ? undefined : [...notes].slice(0, 2000).join(""));
-  const stored = { report, stored_at_ms: Number(nowMs()) };
+  const args = toolArguments(argumentsText, REPORT_ARGUMENTS);
+  const id = args.inspection_id ?? "";
+  const notes = args.notes === undefined ? undefined : [...args.notes].slice(0, 2000).join("");
+  const report = draftReport(id, notes);
   try {
-    kvSet(`report:${id}`, utf8.encode(JSON.stringify(stored)));
+    kvSetJson(`report:${id}`, { report, stored_at_ms: Number(nowMs()) });
   } catch (error) {
-    throw `the report could not be stored: ${error?.payload ?? error}`;
+    throw `the report could not be stored: ${error instanceof Error ? error.message : error}`;
   }
   return report;
 }
@@ -312,12 +293,8 @@ export function handle(_message) {
 }
 
 export function runTool(name, argumentsText) {
-  switch (name) {
-    case "search_regulations":
-      return JSON.stringify(searchRegulations(argumentsText));
-    case "generate_inspection_report":
-      return JSON.stringify(generateInspectionReport(argumentsText));
-    default:
-      throw `unknown tool ${rustDebug(name)}`;
-  }
+  return dispatchTool(name, argumentsText, {
+    search_regulations: searchRegulations,
+    generate_inspection_report: generateInspectionReport,
+  });
 }

@@ -52,7 +52,7 @@ impl Plugin for ProtocolInspector {
     fn handle(message: Message) -> Result<String, Failure> {
         let delivery: Delivery = message.json()?;
         let rounds = if message.conversation.is_some() {
-            host::history()
+            host::history()?
                 .iter()
                 .filter(|entry| entry.role == "user")
                 .count()

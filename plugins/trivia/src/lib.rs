@@ -307,20 +307,22 @@ impl Plugin for Trivia {
         }))
     }
 
-    fn run_tool(name: String, arguments: String) -> Result<String, String> {
+    fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {
         if name != TOOL {
-            return Err(format!("this plugin offers no tool named {name:?}"));
+            return Err(ToolFailure::unknown_tool(&name));
         }
-        #[derive(Deserialize)]
-        struct Arguments {
-            question: String,
-            #[serde(default)]
-            options: Vec<String>,
-        }
-        let arguments: Arguments =
-            serde_json::from_str(&arguments).map_err(|e| format!("bad arguments: {e}"))?;
-        serde_json::to_string(&lookup(&arguments.question, &arguments.options)).map_err(|e| e.to_string())
+        let arguments: LookupArguments = arguments.parse()?;
+        serde_json::to_string(&lookup(&arguments.question, &arguments.options))
+            .map_err(|e| ToolFailure::new(e.to_string()))
     }
+}
+
+/// The arguments of the knowledge tool.
+#[derive(Deserialize)]
+struct LookupArguments {
+    question: String,
+    #[serde(default)]
+    options: Vec<String>,
 }
 
 export_plugin!(Trivia);

@@ -160,14 +160,13 @@ impl Plugin for UnitConverter {
         reply(reply_body)
     }
 
-    fn run_tool(name: String, arguments: String) -> Result<String, String> {
+    fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {
         if name != "convert_units" {
-            return Err(format!("unknown tool {name:?}"));
+            return Err(ToolFailure::unknown_tool(&name));
         }
-        let request: Request = serde_json::from_str(&arguments).map_err(|e| e.to_string())?;
-        let result = answer(request);
+        let result = answer(arguments.parse()?);
         if let Some(error) = result.get("error") {
-            return Err(error.to_string());
+            return Err(ToolFailure::new(error.to_string()));
         }
         Ok(result.to_string())
     }
