@@ -293,6 +293,9 @@ fn standalone_sdk_manifest() -> Result<String, String> {
             *item = toml_edit::value(dependency);
         }
     }
+    // The node's lint policy is the node's: a plugin author's build of the
+    // vendored SDK is not held to it (and has no workspace to inherit it from).
+    sdk.remove("lints");
     Ok(sdk.to_string())
 }
 
