@@ -320,40 +320,45 @@ async fn a_reply_over_the_output_limit_is_refused() {
     );
 }
 
-/// With `tune` applied, a slow-league call holds its slot and instance for a
-/// while: a converter call meanwhile must be refused as overloaded, and one
-/// after the slow call ended must be served.
-async fn a_call_beside_a_slow_one_is_overloaded(tune: impl FnOnce(&mut Config)) {
-    const SPIN_MS: u64 = 1000;
+/// With `tune` applied, a slow-league call holds its slot and instance while
+/// it waits to emit into an event channel nobody reads: a converter call
+/// meanwhile must be refused as overloaded, and one after the slow call ended
+/// (its events read) must be served. No timing decides the outcome.
+async fn a_call_beside_a_busy_one_is_overloaded(tune: impl FnOnce(&mut Config)) {
+    const EVENTS: usize = 3;
     let test = TestRuntime::serving(&["fixture-slow-league", "unit-converter"], tune).await;
-    let (events, mut stream) = mpsc::channel(8);
-    let slow = {
+    let (events, mut stream) = mpsc::channel(1);
+    let busy = {
         let (runtime, plugin) = (test.runtime.clone(), test.plugin("fixture-slow-league"));
-        let body = json!({"task": {"spin_ms": SPIN_MS, "events": 1}});
-        tokio::spawn(
-            async move { invoke(&runtime, &plugin, body, Exchange::new().with_events(events)).await },
-        )
+        let body = json!({"task": {"spin_ms": 0, "events": EVENTS}});
+        let mut exchange = Exchange::new().with_events(events);
+        exchange.emit_timeout = Some(Duration::from_secs(60));
+        tokio::spawn(async move { invoke(&runtime, &plugin, body, exchange).await })
     };
-    // Its first event says the slow call runs: it has its slot and its instance.
+    // Its first event says the busy call runs; it cannot end before its last is read.
     let first = tokio::time::timeout(Duration::from_secs(30), stream.recv())
         .await
-        .expect("the slow call starts");
+        .expect("the busy call starts");
     assert_eq!(first.map(|e| e.kind), Some("thinking".to_string()));
 
     let centimetres = || test.call("unit-converter", json!({"value": 1, "from": "m", "to": "cm"}));
     let refused = centimetres().await;
     assert!(matches!(refused, Err(InvokeError::Overloaded)), "{refused:?}");
 
-    let finished = slow.await.expect("the slow call's task");
-    let answer = finished.expect("the slow call answers")["answer"].clone();
-    assert_eq!(answer, format!("worked {SPIN_MS} ms"));
+    let mut read = 1;
+    while stream.recv().await.is_some() {
+        read += 1;
+    }
+    assert_eq!(read, EVENTS);
+    let finished = busy.await.expect("the busy call's task");
+    assert_eq!(finished.expect("the busy call answers")["answer"], "worked 0 ms");
     let served = centimetres().await.expect("the freed slot serves the next call");
     assert_eq!(served["value"], 100.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_finding_every_node_slot_taken_is_overloaded() {
-    a_call_beside_a_slow_one_is_overloaded(|c| {
+    a_call_beside_a_busy_one_is_overloaded(|c| {
         c.plugins.max_concurrent_calls = 1;
         c.plugins.queue_timeout_ms = 100;
     })
@@ -362,7 +367,7 @@ async fn a_call_finding_every_node_slot_taken_is_overloaded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_finding_the_instance_pool_full_is_overloaded_not_trapped() {
-    a_call_beside_a_slow_one_is_overloaded(|c| {
+    a_call_beside_a_busy_one_is_overloaded(|c| {
         c.plugins.max_instances = 1;
         c.plugins.max_parked_calls = 0;
     })
