@@ -1,7 +1,8 @@
 //! The requests and replies of `agora-two-party-json.txt` §6, and their
 //! checks: a request is read here (§6.1, unknown fields ignored) before
-//! anything else looks at it, and every success reply (§6.2, with §7.1's
-//! `conversationId` and `conversationExpires`) is written here.
+//! anything else looks at it, and every success reply (§6.2, with
+//! `conversationId` and `conversationExpires` once a conversation exists, §7.1)
+//! is written here.
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
