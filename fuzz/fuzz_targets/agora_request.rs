@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use agora_node::Config;
 use agora_node::crypto::protocol_hash;
-use agora_node::transports::agora::{document, request_fields};
+use agora_node::transports::agora::{document, wire::request_fields};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -22,8 +22,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::Early;
+use super::error::{AnswersRequest, EnvelopesError, Refusal};
 use super::limits::{LedgerRefusal, SenderKey};
-use super::{AnswersRequest, Early, EnvelopesError, Refusal, Service};
+use super::state::Service;
 use crate::crypto::envelope::Header;
 use crate::crypto::jcs;
 use crate::runtime::{Call, Exchange, LoadedPlugin, Phase, TransportKind};

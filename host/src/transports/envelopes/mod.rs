@@ -14,9 +14,12 @@
 //! reopen it), then the per-sender rate limit — last, so an envelope someone
 //! else replays never spends its signer's quota — keyed by the public key (one
 //! bucket for its did:key and raw forms) in a bounded table ([`limits`]); then
-//! the message flow of §3 in [`flow`]. [`EnvelopesError`] is mapped to the
-//! signed ERROR envelope and its HTTP status in exactly one place,
-//! [`Service::refuse`].
+//! the message flow of §3–4 in [`flow`]. [`EnvelopesError`] ([`error`]) is
+//! mapped to the signed ERROR envelope and its HTTP status in exactly one
+//! place, [`Service::refuse`]. What the transport holds is in [`state`]. The
+//! envelope itself (§1–2: fields, JCS, signing, verification) is
+//! [`crate::crypto::envelope`], shared with the client in [`crate::peers`], so
+//! this folder has no `wire.rs` of its own.
 //!
 //! An HTTP envelope is handled in its own task, so a client that hangs up
 //! cannot stop an ACCEPT half way; the reply is sent only after everything it
@@ -24,8 +27,10 @@
 //! A WebSocket silent for `envelopes.ws_idle_timeout_secs` with nothing in
 //! progress is closed, as is one that does not read its replies for as long.
 
+pub mod error;
 mod flow;
 pub mod limits;
+mod state;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,17 +43,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use ed25519_dalek::SigningKey;
 use futures::{SinkExt, StreamExt};
-use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::crypto::envelope::{self as signed, EnvelopeError};
+use self::error::{AnswersRequest, EnvelopesError, Refusal};
+use self::state::Service;
+use crate::crypto::envelope as signed;
 use crate::crypto::identity::NodeIdentity;
 use crate::node::state::NodeState;
-use crate::runtime::{FailureKind, InvokeError};
-use crate::store::{Collection, StoreError, now_ms};
+use crate::store::{Collection, now_ms};
 
 pub fn router(state: NodeState) -> Router {
     let identity = match NodeIdentity::load_or_create(&state.config.identity.key_file) {
@@ -71,103 +75,6 @@ pub fn router(state: NodeState) -> Router {
         .with_state(service)
 }
 
-/// Everything that can refuse an envelope, by its spec §5 code.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvelopesError {
-    #[error(transparent)]
-    Envelope(#[from] EnvelopeError),
-    #[error("the envelope is larger than {0} bytes")]
-    TooLarge(usize),
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{0}")]
-    Unauthorized(String),
-    #[error("{0}")]
-    PaymentRequired(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Timeout(String),
-    #[error("rate limit exceeded: at most {0} envelopes per minute")]
-    RateLimited(u32),
-    #[error("you hold {0} open offers, the most allowed; accept one or let them expire")]
-    TooManyOffers(usize),
-    #[error("{0}")]
-    Internal(String),
-    #[error("the node is busy; try again shortly")]
-    Overloaded,
-}
-
-impl EnvelopesError {
-    fn code(&self) -> u16 {
-        match self {
-            EnvelopesError::Envelope(error) => error.code(),
-            EnvelopesError::BadRequest(_) => 400,
-            // Not in §5's table; the HTTP status every other transport gives an oversized body.
-            EnvelopesError::TooLarge(_) => 413,
-            EnvelopesError::Unauthorized(_) => 401,
-            EnvelopesError::PaymentRequired(_) => 402,
-            EnvelopesError::NotFound(_) => 404,
-            EnvelopesError::Timeout(_) => 408,
-            EnvelopesError::RateLimited(_) | EnvelopesError::TooManyOffers(_) => 429,
-            EnvelopesError::Internal(_) => 500,
-            EnvelopesError::Overloaded => 503,
-        }
-    }
-}
-
-impl From<StoreError> for EnvelopesError {
-    fn from(error: StoreError) -> Self {
-        EnvelopesError::Internal(format!("storage failed: {error}"))
-    }
-}
-
-impl From<InvokeError> for EnvelopesError {
-    fn from(error: InvokeError) -> Self {
-        match error {
-            InvokeError::Failure { kind, message } => match kind {
-                FailureKind::BadRequest => EnvelopesError::BadRequest(message),
-                FailureKind::Unsupported | FailureKind::NotFound => EnvelopesError::NotFound(message),
-                FailureKind::PaymentRequired => EnvelopesError::PaymentRequired(message),
-                FailureKind::Internal => EnvelopesError::Internal(message),
-            },
-            InvokeError::Timeout => EnvelopesError::Timeout(error.to_string()),
-            InvokeError::Overloaded => EnvelopesError::Overloaded,
-            other => EnvelopesError::Internal(other.to_string()),
-        }
-    }
-}
-
-/// An error together with the request it answers, when there is one.
-#[derive(Debug)]
-pub(crate) struct Refusal {
-    error: EnvelopesError,
-    request_id: Option<String>,
-}
-
-impl<E: Into<EnvelopesError>> From<E> for Refusal {
-    fn from(error: E) -> Self {
-        Refusal {
-            error: error.into(),
-            request_id: None,
-        }
-    }
-}
-
-pub(crate) trait AnswersRequest<T> {
-    /// Tie an error to the REQUEST it answers (ERROR's `request_id`).
-    fn answering(self, request_id: Option<&str>) -> Result<T, Refusal>;
-}
-
-impl<T, E: Into<EnvelopesError>> AnswersRequest<T> for Result<T, E> {
-    fn answering(self, request_id: Option<&str>) -> Result<T, Refusal> {
-        self.map_err(|error| Refusal {
-            error: error.into(),
-            request_id: request_id.map(str::to_string),
-        })
-    }
-}
-
 /// A signed reply and the HTTP status it travels with.
 pub(crate) struct Reply {
     status: u16,
@@ -177,38 +84,7 @@ pub(crate) struct Reply {
 /// Pushes on a WebSocket before the final reply (STATUS PROCESSING after ACCEPT).
 pub(crate) type Early = mpsc::Sender<Value>;
 
-pub(crate) struct Service {
-    node: NodeState,
-    signing_key: SigningKey,
-    did: String,
-    rate: Mutex<limits::SenderTable>,
-    offers: Mutex<limits::OfferLedger>,
-    in_flight: Arc<Semaphore>,
-}
-
 impl Service {
-    fn new(node: NodeState, signing_key: SigningKey) -> Service {
-        let did = crate::crypto::identity::did_key(&signing_key.verifying_key());
-        let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
-        let rate = Mutex::new(limits::SenderTable::new(
-            node.config.envelopes.max_tracked_senders,
-        ));
-        Service {
-            node,
-            signing_key,
-            did,
-            rate,
-            offers: Mutex::default(),
-            in_flight,
-        }
-    }
-
-    /// A signed envelope from this node.
-    fn envelope(&self, kind: &str, payload: Value) -> Result<Value, EnvelopesError> {
-        signed::build(kind, &self.signing_key, &self.did, payload, now_ms())
-            .map_err(|e| EnvelopesError::Internal(format!("cannot sign the reply: {e}")))
-    }
-
     /// Answer one inbound envelope (raw bytes as received). Never fails: errors become ERROR envelopes.
     async fn handle(&self, raw: &[u8], early: Option<&Early>) -> Reply {
         let outcome = self.process(raw, early).await;
@@ -221,32 +97,6 @@ impl Service {
             },
             (Err(refusal), _) => self.refuse(refusal),
             (Ok(_), Err(error)) => self.refuse(error.into()),
-        }
-    }
-
-    /// The one place node errors become the wire's signed ERROR envelope and HTTP status.
-    fn refuse(&self, refusal: Refusal) -> Reply {
-        let code = refusal.error.code();
-        let message = refusal.error.to_string();
-        if code >= 500 {
-            tracing::warn!(transport = "envelopes", code, %message, "envelope failed");
-        } else {
-            tracing::debug!(transport = "envelopes", code, %message, "envelope refused");
-        }
-        let mut payload = json!({"code": code, "message": message});
-        if let Some(request_id) = refusal.request_id {
-            payload["request_id"] = Value::String(request_id);
-        }
-        match self.envelope("ERROR", payload.clone()) {
-            Ok(envelope) => Reply {
-                status: code,
-                envelope,
-            },
-            // Signing a fixed-shape JSON value cannot fail short of a bug; say so unsigned.
-            Err(error) => Reply {
-                status: 500,
-                envelope: json!({"error": error.to_string(), "payload": payload}),
-            },
         }
     }
 
@@ -342,7 +192,7 @@ async fn http_envelope(
             }
             Err(rejection) => service
                 .refuse(EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into()),
-            Ok(_) if !super::is_json_content_type(&headers) => service
+            Ok(_) if !crate::transports::is_json_content_type(&headers) => service
                 .refuse(EnvelopesError::BadRequest("Content-Type must be application/json".into()).into()),
             Ok(raw) => {
                 // Its own task: a client hanging up must not cancel an ACCEPT between

@@ -1,0 +1,246 @@
+//! What the Agora transport stores (`agora-two-party-json.txt` §7): each
+//! multi-round conversation's record in sled under an unguessable id, its
+//! history (two entries a round), and its place under the conversation caps
+//! ([`super::limits`]), which a restart restores from the records.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::error::AgoraError;
+use super::limits::{self, ConversationLimits};
+use crate::node::state::NodeState;
+use crate::store::{Collection, StoreError, now_ms};
+
+/// How long an expired conversation id keeps answering "Conversation expired"
+/// (instead of 404) before the sweeper forgets it.
+const EXPIRED_ID_RETENTION_SECS: u64 = 24 * 3600;
+
+/// Longest conversation id the node ever issues is 32 characters; anything
+/// longer is unknown without touching the store.
+const MAX_CONVERSATION_ID_LEN: usize = 64;
+
+/// What the Agora handlers share: the node, and the conversation caps.
+#[derive(Clone)]
+pub(super) struct Agora {
+    pub(super) node: NodeState,
+    pub(super) limits: Arc<ConversationLimits>,
+}
+
+impl Agora {
+    pub(super) fn new(node: NodeState) -> Agora {
+        let limits = ConversationLimits::new(&node.config.agora);
+        restore_limits(&node, &limits);
+        Agora { node, limits }
+    }
+}
+
+/// Count the conversations the store already holds, so a restart neither
+/// frees capacity an attacker filled nor forgets honest clients' places.
+fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
+    let now = now_ms() / 1000;
+    let ids = match node.store.keys(Collection::Conversations, b"", usize::MAX) {
+        Ok(ids) => ids,
+        Err(error) => {
+            tracing::warn!(%error, "cannot count the stored Agora conversations");
+            return;
+        }
+    };
+    for id in ids {
+        let Ok(id) = String::from_utf8(id) else { continue };
+        if let Ok(Some(record)) = node
+            .store
+            .get::<Conversation>(Collection::Conversations, id.as_bytes())
+        {
+            limits.restore(&id, record.client, record.expires_at, now);
+        }
+    }
+}
+
+/// One multi-round conversation's record (its history is stored beside it,
+/// under the same id).
+#[derive(Serialize, Deserialize, Clone, PartialEq)]
+pub(super) struct Conversation {
+    pub(super) plugin: String,
+    pub(super) protocol_hash: Option<String>,
+    /// The verified document, for conversations served by an any-document plugin
+    /// (that plugin has no copy of its own to read on follow-ups).
+    #[serde(default)]
+    pub(super) document: Option<String>,
+    created_at_ms: u64,
+    /// Unix seconds, as `conversationExpires` says.
+    pub(super) expires_at: u64,
+    /// Rounds started, the first included; bounds the stored history.
+    #[serde(default)]
+    rounds: u64,
+    /// The client address charged for it ([`limits::client_key`]), so the caps
+    /// survive a restart.
+    #[serde(default)]
+    client: Option<String>,
+}
+
+/// A place under the conversation caps, held for a conversation being
+/// created; released when dropped unless the conversation was created.
+pub(super) struct Reservation {
+    limits: Arc<ConversationLimits>,
+    pub(super) id: String,
+    client: String,
+    expires_at: u64,
+    kept: bool,
+}
+
+impl Reservation {
+    pub(super) fn new(agora: &Agora, peer: SocketAddr) -> Result<Reservation, AgoraError> {
+        // 192 random bits (§11: hard to guess).
+        let mut id_bytes = [0u8; 24];
+        rand::rngs::OsRng.fill_bytes(&mut id_bytes);
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id_bytes);
+        let now = now_ms();
+        let ttl_ms = agora.node.config.agora.conversation_ttl_secs.saturating_mul(1000);
+        // Rounded up, so a conversation lives at least the configured time.
+        let expires_at = now.saturating_add(ttl_ms).div_ceil(1000);
+        let client = limits::client_key(peer.ip());
+        agora.limits.acquire(&id, &client, expires_at, now / 1000)?;
+        Ok(Reservation {
+            limits: agora.limits.clone(),
+            id,
+            client,
+            expires_at,
+            kept: false,
+        })
+    }
+
+    pub(super) fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.limits.release(&self.id);
+        }
+    }
+}
+
+pub(super) fn create_conversation(
+    state: &NodeState,
+    plugin: &str,
+    protocol_hash: Option<String>,
+    document: Option<String>,
+    reservation: &Reservation,
+) -> Result<Conversation, AgoraError> {
+    let record = Conversation {
+        plugin: plugin.to_string(),
+        protocol_hash,
+        document,
+        created_at_ms: now_ms(),
+        expires_at: reservation.expires_at,
+        rounds: 1,
+        client: Some(reservation.client.clone()),
+    };
+    store_conversation(state, &reservation.id, &record)?;
+    Ok(record)
+}
+
+fn store_conversation(state: &NodeState, id: &str, record: &Conversation) -> Result<(), AgoraError> {
+    state.store.put(
+        Collection::Conversations,
+        id.as_bytes(),
+        record,
+        Some(store_expiry_ms(record)),
+    )?;
+    Ok(())
+}
+
+/// The store keeps a record past `conversationExpires` so the id can still be
+/// answered "Conversation expired"; the sweeper drops it (and its history) later.
+fn store_expiry_ms(record: &Conversation) -> u64 {
+    record
+        .expires_at
+        .saturating_add(EXPIRED_ID_RETENTION_SECS)
+        .saturating_mul(1000)
+}
+
+/// Count a round before it runs, so a conversation's history stays within
+/// `max_history_entries` (two entries a round) even under concurrent follow-ups.
+pub(super) fn reserve_round(
+    state: &NodeState,
+    id: &str,
+    mut current: Conversation,
+) -> Result<Conversation, AgoraError> {
+    let max_rounds = (state.config.agora.max_history_entries / 2) as u64;
+    for _ in 0..16 {
+        if current.rounds >= max_rounds {
+            return Err(AgoraError::Rejected(format!(
+                "This conversation has reached its limit of {max_rounds} rounds"
+            )));
+        }
+        let next = Conversation {
+            rounds: current.rounds + 1,
+            ..current.clone()
+        };
+        if state.store.update(
+            Collection::Conversations,
+            id.as_bytes(),
+            &current,
+            &next,
+            Some(store_expiry_ms(&next)),
+        )? {
+            return Ok(next);
+        }
+        current = load_conversation(state, id)?;
+    }
+    Err(AgoraError::Overloaded)
+}
+
+/// A live conversation, or why there is none (§7.3: an expired id is never usable).
+pub(super) fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraError> {
+    let unknown = || AgoraError::NotFound("Unknown conversation".into());
+    if id.is_empty() || id.len() > MAX_CONVERSATION_ID_LEN {
+        return Err(unknown());
+    }
+    let Some(mut conversation) = state
+        .store
+        .get::<Conversation>(Collection::Conversations, id.as_bytes())?
+    else {
+        return Err(
+            if state.store.expired(Collection::Conversations, id.as_bytes())? {
+                AgoraError::ConversationExpired
+            } else {
+                unknown()
+            },
+        );
+    };
+    if now_ms() >= conversation.expires_at.saturating_mul(1000) {
+        // Keep only what answering "expired" needs.
+        if conversation.document.is_some() || conversation.rounds > 0 {
+            state.store.remove_history(id)?;
+            conversation.document = None;
+            conversation.rounds = 0;
+            store_conversation(state, id, &conversation)?;
+        }
+        return Err(AgoraError::ConversationExpired);
+    }
+    Ok(conversation)
+}
+
+pub(super) fn append(
+    state: &NodeState,
+    history_id: &str,
+    role: &str,
+    body: &Value,
+) -> Result<(), AgoraError> {
+    let entry = json!({"role": role, "body": body, "at": now_ms()});
+    state
+        .store
+        .append_history(history_id, &entry, state.config.agora.max_history_entries)
+        .map_err(|error| match error {
+            StoreError::Limit(message) => AgoraError::Rejected(message),
+            other => other.into(),
+        })
+}

@@ -1,0 +1,51 @@
+//! What the signed-envelopes transport holds: the node's signing identity
+//! (every reply is signed, `agora-signed-envelopes.md` §2), the per-sender rate
+//! table and the open-offer ledger ([`super::limits`]), and the cap on
+//! envelopes in flight. Replay entries, offers and task states live in sled
+//! (the node's store), written by [`super::flow`] and the checks in `mod.rs`.
+
+use std::sync::Arc;
+
+use ed25519_dalek::SigningKey;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::error::EnvelopesError;
+use super::limits;
+use crate::crypto::envelope as signed;
+use crate::node::state::NodeState;
+use crate::store::now_ms;
+
+pub(crate) struct Service {
+    pub(super) node: NodeState,
+    signing_key: SigningKey,
+    pub(super) did: String,
+    pub(super) rate: Mutex<limits::SenderTable>,
+    pub(super) offers: Mutex<limits::OfferLedger>,
+    pub(super) in_flight: Arc<Semaphore>,
+}
+
+impl Service {
+    pub(super) fn new(node: NodeState, signing_key: SigningKey) -> Service {
+        let did = crate::crypto::identity::did_key(&signing_key.verifying_key());
+        let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
+        let rate = Mutex::new(limits::SenderTable::new(
+            node.config.envelopes.max_tracked_senders,
+        ));
+        Service {
+            node,
+            signing_key,
+            did,
+            rate,
+            offers: Mutex::default(),
+            in_flight,
+        }
+    }
+
+    /// A signed envelope from this node.
+    pub(super) fn envelope(&self, kind: &str, payload: Value) -> Result<Value, EnvelopesError> {
+        signed::build(kind, &self.signing_key, &self.did, payload, now_ms())
+            .map_err(|e| EnvelopesError::Internal(format!("cannot sign the reply: {e}")))
+    }
+}

@@ -1,0 +1,83 @@
+//! What the uAgents transport holds: the node's uAgents identity (its seed,
+//! kept in `{data_dir}/uagents.seed`), the replay entries that accept each
+//! (sender, digest) once (in sled, `uagents.replay_window_secs`), and the
+//! delivery slots for asynchronous replies (`uagents.max_pending_replies`).
+
+use std::sync::Arc;
+
+use rand::RngCore;
+use tokio::sync::Semaphore;
+
+use super::error::SubmitError;
+use crate::config::Config;
+use crate::crypto::identity::{create_secret_file, read_secret_file};
+use crate::crypto::uagents::{AgentIdentity, Envelope};
+use crate::node::state::NodeState;
+use crate::store::{Collection, Store};
+
+/// Where older versions kept a generated seed (in the store); moved to [`SEED_FILE`].
+const SEED_KEY: &[u8] = b"uagents.seed";
+/// The generated identity seed's file under data_dir, when `uagents.seed` is empty.
+pub const SEED_FILE: &str = "uagents.seed";
+
+#[derive(Clone)]
+pub(super) struct UagentsState {
+    pub(super) node: NodeState,
+    pub(super) identity: Option<Arc<AgentIdentity>>,
+    pub(super) deliveries: Arc<Semaphore>,
+}
+
+/// The node's uAgents identity: from `uagents.seed`, else from a random seed
+/// generated once and kept in `{data_dir}/uagents.seed` (owner-only).
+pub fn node_identity(config: &Config, store: &Store) -> Result<AgentIdentity, String> {
+    if !config.uagents.seed.is_empty() {
+        return AgentIdentity::from_seed(&config.uagents.seed).map_err(|e| e.to_string());
+    }
+    let path = config.data_dir.join(SEED_FILE);
+    let shown = path.display().to_string();
+    if !path.exists() {
+        // A seed an older version kept in the store moves to the file, so the address stays.
+        let stored: Option<String> = store.get(Collection::Meta, SEED_KEY).map_err(|e| e.to_string())?;
+        let seed = stored.unwrap_or_else(|| {
+            let mut fresh = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut fresh);
+            hex::encode(fresh)
+        });
+        match create_secret_file(&path, seed.as_bytes()) {
+            Ok(()) => {}
+            // Another start got there first: its seed is the one.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(format!("cannot write {shown}: {error}")),
+        }
+        store
+            .remove(Collection::Meta, SEED_KEY)
+            .map_err(|e| e.to_string())?;
+    }
+    let bytes = read_secret_file(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let seed = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8"))?;
+    AgentIdentity::from_seed(seed.trim()).map_err(|e| e.to_string())
+}
+
+/// Accept a (sender, digest) once for as long as the envelope could be valid; returns
+/// the key it holds. `expires` is at most `max_expiry_secs` ahead (checked before), so
+/// the entry's life is bounded.
+pub(super) fn claim_once(
+    state: &UagentsState,
+    envelope: &Envelope,
+    now: u64,
+) -> Result<Vec<u8>, SubmitError> {
+    let key = format!("uagents\0{}\0{}", envelope.sender, hex::encode(envelope.digest())).into_bytes();
+    let window = state.node.config.uagents.replay_window_secs;
+    let until_secs = envelope.expires.unwrap_or(now).max(now).saturating_add(window);
+    let first = state.node.store.insert_new(
+        Collection::Replay,
+        &key,
+        &now,
+        Some(until_secs.saturating_mul(1000)),
+    )?;
+    if first {
+        Ok(key)
+    } else {
+        Err(SubmitError::Replayed)
+    }
+}
