@@ -37,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let policy = Policy {
         audience: "agora-agent",
+        issuer: "",
     };
     let named = jwt::token_kid(token).ok().and_then(|kid| keys().get(&kid));
     let candidates: Vec<_> = match named {
