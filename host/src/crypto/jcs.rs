@@ -8,8 +8,9 @@
 //! - Numbers must be I-JSON (RFC 7493 §2.2): JCS serializes every number as an
 //!   IEEE 754 double, so an integer beyond ±(2^53−1) would be signed by one
 //!   side as written and by another as its rounded double. [`parse_strict`]
-//!   refuses such integers ([`JcsError::NotIJson`]); a sender must send them
-//!   as strings.
+//!   refuses such integers ([`JcsError::NotIJson`]), and integral doubles
+//!   written otherwise (`1e16`) that JCS would write as such integers; a sender
+//!   must send them as strings.
 //! - Non-finite numbers must fail (§3.2.2.3). A parsed [`Value`] cannot hold
 //!   one, but `json!` turns a NaN `f64` into `null` silently; [`finite`] is
 //!   how the node builds numbers it is about to sign.
@@ -174,6 +175,12 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 
     fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        // JCS writes an integral double below 1e21 without fraction or exponent:
+        // `1e16` would be signed as `10000000000000000`, an integer this parser
+        // refuses. Refuse it here too, so every accepted value's JCS form parses.
+        if value.fract() == 0.0 && value.abs() > MAX_SAFE_INTEGER as f64 && value.abs() < 1e21 {
+            return Err(E::custom(format!("{NOT_IJSON_PREFIX}{value}{MARK_SUFFIX}")));
+        }
         Number::from_f64(value)
             .map(Value::Number)
             .ok_or_else(|| E::custom("a number is not finite"))
@@ -371,12 +378,22 @@ mod tests {
 
     #[test]
     fn integers_beyond_the_i_json_range_are_refused_wherever_they_are() {
+        // Every accepted value's JCS form must parse again (the fuzz invariant).
+        for accepted in ["1e300", "1e21", "9007199254740991.0", "-0.0", "0.1"] {
+            let canonical = canonicalize_bytes(accepted.as_bytes()).unwrap();
+            parse_strict(&canonical).unwrap_or_else(|e| panic!("{accepted}: {e}"));
+        }
         for bad in [
             "9007199254740992",
             "-9007199254740992",
             "[18446744073709551615]",
             r#"{"a":{"b":[1,123456789012345678901234567890]}}"#,
             "-123456789012345678901234567890",
+            // Integral doubles JCS would write as such integers (found by fuzz/run).
+            "1e16",
+            "[10000000000000000.0,1]",
+            r#"{"f":12345678901234567890.5}"#,
+            "-9007199254740992.0",
         ] {
             assert!(
                 matches!(parse_strict(bad.as_bytes()), Err(JcsError::NotIJson(_))),
@@ -386,7 +403,7 @@ mod tests {
         for good in [
             "9007199254740991",
             "-9007199254740991",
-            r#"{"s":"12345678901234567890","e":1e300,"f":12345678901234567890.5,"z":-0}"#,
+            r#"{"s":"12345678901234567890","e":1e300,"g":1e21,"h":9007199254740991.0,"f":0.5,"z":-0}"#,
             r#"["\"99999999999999999999"]"#,
         ] {
             parse_strict(good.as_bytes()).unwrap_or_else(|e| panic!("{good}: {e}"));
