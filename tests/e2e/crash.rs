@@ -21,6 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::envelopes::{self as env, Agent};
 use crate::hai::history;
+use crate::hostile_edge::game_hash;
 use crate::hostile_signed::primes_request;
 use crate::support::{self, NodeBuilder, TestNode};
 use crate::uagents::{NODE_SEED, SENDER_SEED, identity, message_envelope, submit};
@@ -86,11 +87,6 @@ fn node_on(data: &Path, builder: NodeBuilder) -> TestNode {
 }
 
 // --- Agora: multi-round conversations ---
-
-fn game_hash() -> String {
-    let text = std::fs::read_to_string(support::repo_root().join("protocols/guess-number.md")).unwrap();
-    support::document_hash(&text)
-}
 
 fn agora_builder() -> NodeBuilder {
     TestNode::builder()
@@ -217,18 +213,6 @@ enum Negotiated {
     Completed { request_id: String, accept: Value },
 }
 
-fn post_envelope(url: &str, envelope: &Value, did: &str) -> Result<env::Reply, String> {
-    let reply = support::try_post_with_headers(
-        url,
-        &[("content-type", "application/json")],
-        envelope.to_string().as_bytes(),
-    )?;
-    Ok(env::Reply {
-        status: reply.status,
-        envelope: env::verify_reply(reply.body.as_bytes(), Some(did)),
-    })
-}
-
 #[test]
 fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
     let data = tempfile::tempdir().unwrap();
@@ -249,7 +233,12 @@ fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
             None => {
                 let request = primes_request(client.agent, json!({"limit": 50}));
                 let request_id = request["id"].as_str().unwrap_or_default().to_string();
-                let reply = post_envelope(&client.url, &request, &client.did)?;
+                let reply = env::try_post_raw(
+                    &client.url,
+                    "application/json",
+                    request.to_string().as_bytes(),
+                    Some(&client.did),
+                )?;
                 if reply.kind() != "OFFER" {
                     return Err(format!("expected an OFFER: {}", reply.envelope));
                 }
@@ -259,7 +248,12 @@ fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
             }
             Some((request_id, offer_id)) => {
                 let accept = client.agent.envelope("ACCEPT", json!({"offer_id": offer_id}));
-                let reply = post_envelope(&client.url, &accept, &client.did)?;
+                let reply = env::try_post_raw(
+                    &client.url,
+                    "application/json",
+                    accept.to_string().as_bytes(),
+                    Some(&client.did),
+                )?;
                 if reply.kind() != "RESULT" {
                     return Err(format!("expected a RESULT: {}", reply.envelope));
                 }

@@ -114,16 +114,27 @@ pub(crate) fn verify_reply(raw: &[u8], node_did: Option<&str>) -> Value {
 }
 
 pub(crate) fn post_raw(node: &TestNode, content_type: &str, body: &[u8], node_did: Option<&str>) -> Reply {
-    let reply = support::post(&node.url("/envelopes"), content_type, body);
+    try_post_raw(&node.url("/envelopes"), content_type, body, node_did).expect("HTTP request failed")
+}
+
+/// As [`post_raw`] to `url`, but an exchange that fails (a node killed
+/// mid-request) is an `Err`; a reply read whole is checked as always.
+pub(crate) fn try_post_raw(
+    url: &str,
+    content_type: &str,
+    body: &[u8],
+    node_did: Option<&str>,
+) -> Result<Reply, String> {
+    let reply = support::try_post_with_headers(url, &[("content-type", content_type)], body)?;
     assert!(
         reply.content_type.starts_with("application/json"),
         "{}",
         reply.content_type
     );
-    Reply {
+    Ok(Reply {
         status: reply.status,
         envelope: verify_reply(reply.body.as_bytes(), node_did),
-    }
+    })
 }
 
 pub(crate) fn send(node: &TestNode, envelope: &Value, node_did: &str) -> Reply {

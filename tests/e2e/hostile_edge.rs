@@ -107,7 +107,7 @@ fn dechunk(mut rest: &str) -> String {
 
 // --- Agora helpers ---
 
-fn game_hash() -> String {
+pub(crate) fn game_hash() -> String {
     let text = std::fs::read_to_string(support::repo_root().join("protocols/guess-number.md")).unwrap();
     support::document_hash(&text)
 }
