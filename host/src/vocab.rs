@@ -8,7 +8,8 @@
 //! The WIT bindings mirror some of these types; the runtime converts between
 //! the two at its edge.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The wire protocol a message arrived on (mirrors `types.transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -42,7 +43,7 @@ pub enum Phase {
 }
 
 /// A tool's risk level; tools at or above the configured threshold need approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Risk {
     Low,
@@ -61,6 +62,41 @@ impl Risk {
             _ => None,
         }
     }
+}
+
+/// One step of a tool call's lifecycle, as its `tool_call` event says it.
+///
+/// The runtime writes these and the consumers (HAI) read them back as this
+/// type, so the wire form of the lifecycle is defined once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ToolStage {
+    Started { arguments: Value },
+    Completed { result: Value },
+    Failed { error: String },
+}
+
+impl ToolStage {
+    /// A human (or the lack of one) refused the call: nothing ran, so it is not a fault.
+    pub const REJECTED: &'static str = "rejected";
+    pub const APPROVAL_TIMED_OUT: &'static str = "approval timed out";
+    pub const NO_APPROVER: &'static str = "no approver";
+
+    /// Whether this is a refusal by the approval step rather than a tool that ran and failed.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ToolStage::Failed { error }
+            if [Self::REJECTED, Self::APPROVAL_TIMED_OUT, Self::NO_APPROVER].contains(&error.as_str()))
+    }
+}
+
+/// A `tool_call` event: which call, and the step it reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolLifecycle {
+    pub call_id: String,
+    pub tool_name: String,
+    pub risk: Risk,
+    #[serde(flatten)]
+    pub stage: ToolStage,
 }
 
 /// One inbound message for a plugin, as a transport hands it over.

@@ -11,42 +11,30 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
 use super::instance::{self, CallSlot};
 use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
-
-/// One step of a tool call's lifecycle, as its `tool_call` event says it.
-#[derive(Debug, Serialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-enum ToolStage {
-    Started { arguments: Value },
-    Completed { result: Value },
-    Failed { error: String },
-}
+use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// The identity of one tool call: what every lifecycle event of it carries.
-#[derive(Serialize)]
 struct ToolCall<'a> {
     call_id: String,
     tool_name: &'a str,
     risk: Risk,
-    #[serde(skip)]
     exchange: &'a Exchange,
 }
 
 impl ToolCall<'_> {
     async fn send(&self, stage: ToolStage) {
-        #[derive(Serialize)]
-        struct Event<'b, 'c> {
-            #[serde(flatten)]
-            call: &'b ToolCall<'c>,
-            #[serde(flatten)]
-            stage: ToolStage,
-        }
-        let data = match serde_json::to_value(Event { call: self, stage }) {
+        let lifecycle = ToolLifecycle {
+            call_id: self.call_id.clone(),
+            tool_name: self.tool_name.to_string(),
+            risk: self.risk,
+            stage,
+        };
+        let data = match serde_json::to_value(lifecycle) {
             Ok(data) => data,
             Err(error) => {
                 tracing::warn!(%error, tool = self.tool_name, "tool lifecycle event not serialisable");
@@ -100,7 +88,7 @@ impl Runtime {
         let threshold = Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High);
         let approver = if spec.risk >= threshold {
             let Some(approver) = caller.approver.clone() else {
-                call.failed("no approver").await;
+                call.failed(ToolStage::NO_APPROVER).await;
                 return Err(ToolError::NoApprover(name.to_string()));
             };
             Some(approver)
@@ -131,14 +119,14 @@ impl Runtime {
                 match outcome {
                     ApprovalOutcome::Approved => {}
                     ApprovalOutcome::Rejected { feedback } => {
-                        call.failed("rejected").await;
+                        call.failed(ToolStage::REJECTED).await;
                         return Err(ToolError::Rejected {
                             tool: name.to_string(),
                             feedback,
                         });
                     }
                     ApprovalOutcome::TimedOut => {
-                        call.failed("approval timed out").await;
+                        call.failed(ToolStage::APPROVAL_TIMED_OUT).await;
                         return Err(ToolError::ApprovalTimedOut(name.to_string()));
                     }
                 }

@@ -29,7 +29,10 @@ use tokio::sync::mpsc;
 use super::session::{APPROVAL_EVENT, HostCalls, Origin, QueuedTurn, Session, SessionApprover};
 use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
 use super::{HaiError, Shared, history_id};
+use serde::Deserialize;
+
 use crate::runtime::{Call, Exchange, Phase, PluginEvent, Risk, TransportKind};
+use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// The most reply text one turn assembles; chunks beyond it are dropped.
 const MAX_REPLY_BYTES: usize = 1 << 20;
@@ -284,74 +287,72 @@ impl Turn<'_> {
     }
 
     fn tool_call(&mut self, data: &Value) {
-        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
-        let tool_name = data["tool_name"].as_str().unwrap_or_default().to_string();
-        let status = match data["status"].as_str() {
-            Some("started") => ToolStatus::Started,
-            Some("completed") => ToolStatus::Completed,
-            Some("failed") => ToolStatus::Failed,
-            _ => return,
+        // The host's tool path writes these events; anything that does not read as
+        // one (a plugin's forgery with a wrong shape) is dropped like any other forgery.
+        let Ok(event) = ToolLifecycle::deserialize(data) else {
+            tracing::warn!(session = %self.session.id, "hai: a malformed tool_call event was dropped");
+            return;
         };
-        let refusal = match self.host_event(&call_id, &tool_name, status, data) {
+        let status = match &event.stage {
+            ToolStage::Started { .. } => ToolStatus::Started,
+            ToolStage::Completed { .. } => ToolStatus::Completed,
+            ToolStage::Failed { .. } => ToolStatus::Failed,
+        };
+        let refusal = match self.host_event(&event, status) {
             Some(refusal) => refusal,
             None => {
-                tracing::warn!(session = %self.session.id, tool = %truncate_chars(&tool_name, 64), "hai: a tool_call event not from the host's tool path was dropped");
+                tracing::warn!(session = %self.session.id, tool = %truncate_chars(&event.tool_name, 64), "hai: a tool_call event not from the host's tool path was dropped");
                 return;
             }
         };
-        if status == ToolStatus::Started {
-            if !self.announced_tools {
-                self.announced_tools = true;
-                self.session.publish(&Outbound::Status {
-                    status: Status::ExecutingTools,
-                    message: Some(format!("Running {tool_name}...")),
-                    session_id: self.session_id(),
-                });
-            }
-            let known = self.calls.entry(call_id.clone()).or_insert(KnownCall {
-                parameters: Value::Null,
-                approval_id: None,
-                started: false,
-                ended: false,
+        let ToolLifecycle {
+            call_id,
+            tool_name,
+            risk,
+            stage,
+        } = event;
+        if let ToolStage::Started { .. } = stage
+            && !self.announced_tools
+        {
+            self.announced_tools = true;
+            self.session.publish(&Outbound::Status {
+                status: Status::ExecutingTools,
+                message: Some(format!("Running {tool_name}...")),
+                session_id: self.session_id(),
             });
-            known.parameters = data["arguments"].clone();
-            known.started = true;
-        } else {
-            let known = self.calls.entry(call_id.clone()).or_insert(KnownCall {
-                parameters: Value::Null,
-                approval_id: None,
-                started: false,
-                ended: false,
-            });
-            known.ended = true;
         }
-        let (parameters, approval_id) = match self.calls.get(&call_id) {
-            Some(known) => (known.parameters.clone(), known.approval_id.clone()),
-            None => (Value::Null, None),
-        };
-        let parameters = if parameters.is_object() {
-            parameters
+        let known = self.calls.entry(call_id.clone()).or_insert(KnownCall {
+            parameters: Value::Null,
+            approval_id: None,
+            started: false,
+            ended: false,
+        });
+        match &stage {
+            ToolStage::Started { arguments } => {
+                known.parameters = arguments.clone();
+                known.started = true;
+            }
+            ToolStage::Completed { .. } | ToolStage::Failed { .. } => known.ended = true,
+        }
+        let parameters = if known.parameters.is_object() {
+            known.parameters.clone()
         } else {
             json!({})
         };
-        let mut metadata = json!({"risk_level": data["risk"]});
-        if let Some(approval_id) = &approval_id {
+        let mut metadata = json!({"risk_level": risk});
+        if let Some(approval_id) = &known.approval_id {
             metadata["approval_id"] = json!(approval_id);
         }
-        let result = match status {
-            ToolStatus::Started => None,
-            ToolStatus::Completed => {
-                let result = &data["result"];
+        let result = match &stage {
+            ToolStage::Started { .. } => None,
+            ToolStage::Completed { result } => {
                 metadata["result"] = result.clone();
                 Some(match (result.as_str(), result["summary"].as_str()) {
                     (Some(text), _) | (None, Some(text)) => truncate_chars(text, MAX_RESULT_CHARS),
                     _ => truncate_chars(&result.to_string(), MAX_RESULT_CHARS),
                 })
             }
-            ToolStatus::Failed => Some(truncate_chars(
-                data["error"].as_str().unwrap_or("the tool failed"),
-                MAX_RESULT_CHARS,
-            )),
+            ToolStage::Failed { error } => Some(truncate_chars(error, MAX_RESULT_CHARS)),
         };
         if status != ToolStatus::Started {
             self.record(
@@ -371,11 +372,7 @@ impl Turn<'_> {
         });
         // A tool that ran and failed is an error the human should see; a refusal
         // (rejected, timed out, no approver) is the human's own decision, not a failure.
-        let refused = matches!(
-            data["error"].as_str(),
-            Some("rejected" | "approval timed out" | "no approver")
-        );
-        if status == ToolStatus::Failed && !refused {
+        if status == ToolStatus::Failed && !stage.is_refusal() {
             let error = HaiError::ToolFailed {
                 tool: tool_name,
                 tool_call_id: call_id,
@@ -391,24 +388,30 @@ impl Turn<'_> {
 
     /// Whether a `tool_call` event is the host's (see the module docs): `None` when
     /// it is not; `Some(refusal)` with the approver's refusal of this call, if any.
-    fn host_event(
-        &self,
-        call_id: &str,
-        tool_name: &str,
-        status: ToolStatus,
-        data: &Value,
-    ) -> Option<Option<HaiError>> {
+    fn host_event(&self, event: &ToolLifecycle, status: ToolStatus) -> Option<Option<HaiError>> {
+        let tool_name = event.tool_name.as_str();
         let registry = self.shared.node.runtime.registry();
         let risk = registry
             .tool(tool_name)
             .and_then(|plugin| plugin.manifest.tools.iter().find(|tool| tool.name == tool_name))
             .map(|tool| tool.risk);
         let threshold = Risk::parse(&self.shared.node.config.tools.approval_threshold).unwrap_or(Risk::High);
-        let seen = self.calls.get(call_id).map(|known| (known.started, known.ended));
+        let seen = self
+            .calls
+            .get(&event.call_id)
+            .map(|known| (known.started, known.ended));
         let mut host_calls = self.host_calls.lock();
-        let mark = host_calls.get_mut(call_id);
+        let mark = host_calls.get_mut(&event.call_id);
         let approved = mark.as_ref().map(|mark| mark.approved);
-        if !host_order(risk, threshold, call_id, status, &data["risk"], seen, approved) {
+        if !host_order(
+            risk,
+            threshold,
+            &event.call_id,
+            status,
+            event.risk,
+            seen,
+            approved,
+        ) {
             return None;
         }
         Some(match (status, mark) {
@@ -472,12 +475,12 @@ fn host_order(
     threshold: Risk,
     call_id: &str,
     status: ToolStatus,
-    claimed_risk: &Value,
+    claimed_risk: Risk,
     seen: Option<(bool, bool)>,
     approved: Option<bool>,
 ) -> bool {
     let Some(risk) = risk else { return false };
-    if *claimed_risk != json!(risk) || uuid::Uuid::try_parse(call_id).is_err() {
+    if claimed_risk != risk || uuid::Uuid::try_parse(call_id).is_err() {
         return false;
     }
     let (started, ended) = seen.unwrap_or((false, false));
@@ -507,7 +510,7 @@ mod tests {
     const ID: &str = "0b6c5a6e-8a44-4f7e-9d2f-0c6b1f3f9a10";
 
     fn check(risk: Risk, status: ToolStatus, seen: Option<(bool, bool)>, approved: Option<bool>) -> bool {
-        host_order(Some(risk), Risk::High, ID, status, &json!(risk), seen, approved)
+        host_order(Some(risk), Risk::High, ID, status, risk, seen, approved)
     }
 
     #[test]
@@ -555,21 +558,13 @@ mod tests {
     #[test]
     fn unknown_tools_wrong_risks_and_made_up_ids_are_not_the_hosts() {
         let started = ToolStatus::Started;
-        assert!(!host_order(
-            None,
-            Risk::High,
-            ID,
-            started,
-            &json!("low"),
-            None,
-            None
-        ));
+        assert!(!host_order(None, Risk::High, ID, started, Risk::Low, None, None));
         assert!(!host_order(
             Some(Risk::High),
             Risk::High,
             ID,
             started,
-            &json!("low"),
+            Risk::Low,
             None,
             Some(true)
         ));
@@ -578,7 +573,7 @@ mod tests {
             Risk::High,
             "call_1",
             started,
-            &json!("low"),
+            Risk::Low,
             None,
             None
         ));
@@ -588,9 +583,42 @@ mod tests {
             Risk::Medium,
             ID,
             started,
-            &json!("medium"),
+            Risk::Medium,
             None,
             None
         ));
+    }
+
+    #[test]
+    fn the_lifecycle_wire_form_reads_back_and_a_misshapen_one_does_not() {
+        let event = ToolLifecycle {
+            call_id: ID.into(),
+            tool_name: "search".into(),
+            risk: Risk::High,
+            stage: ToolStage::Failed {
+                error: ToolStage::REJECTED.into(),
+            },
+        };
+        let wire = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            wire,
+            json!({"call_id": ID, "tool_name": "search", "risk": "high", "status": "failed", "error": "rejected"})
+        );
+        assert_eq!(ToolLifecycle::deserialize(&wire).unwrap(), event);
+        assert!(event.stage.is_refusal());
+        assert!(
+            !ToolStage::Failed {
+                error: "disk full".into()
+            }
+            .is_refusal()
+        );
+        for forged in [
+            json!({"call_id": ID, "tool_name": "search", "risk": "bogus", "status": "started", "arguments": {}}),
+            json!({"call_id": ID, "tool_name": "search", "risk": "low", "status": "finished"}),
+            json!({"call_id": ID, "tool_name": "search", "risk": "low", "status": "completed"}),
+            json!({"tool_name": "search", "risk": "low", "status": "failed", "error": "x"}),
+        ] {
+            assert!(ToolLifecycle::deserialize(&forged).is_err(), "{forged}");
+        }
     }
 }
