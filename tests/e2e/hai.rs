@@ -816,7 +816,16 @@ async fn the_browser_client_is_served_at_the_root() {
 }
 
 /// Install `tests/browser`'s npm packages (once) and check chromium is there.
-fn browser_tooling(root: &Path) {
+///
+/// Browser tests run in parallel threads of this process: one installs while the
+/// others wait, since `npm ci` empties `node_modules` first and would pull it from
+/// under a test already running.
+pub(crate) fn browser_tooling(root: &Path) {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if *installed {
+        return;
+    }
     // Browser downloads are impossible here: the browser is Debian's package, installed on demand.
     if !Path::new("/usr/bin/chromium").exists() {
         let apt = |args: &[&str]| {
@@ -841,6 +850,7 @@ fn browser_tooling(root: &Path) {
             .success();
         assert!(ok, "npm ci in tests/browser failed");
     }
+    *installed = true;
 }
 
 /// Run `script` (in tests/browser) against `node` in chromium; it writes `screenshot` there.
