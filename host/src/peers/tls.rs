@@ -162,15 +162,12 @@ pub fn failure_reason(error: &(dyn std::error::Error + 'static)) -> Option<Strin
         if let Some(tls) = current.downcast_ref::<rustls::Error>() {
             return Some(describe(tls));
         }
-        // `io::Error::source` skips the error it wraps: look inside it directly.
-        if let Some(inner) = current
-            .downcast_ref::<io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(describe(inner));
-        }
-        next = current.source();
+        // `io::Error::source` skips the error it wraps (tokio-rustls puts the
+        // rustls error there, sometimes inside another io::Error): step into it.
+        next = match current.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
     }
     None
 }
@@ -203,7 +200,8 @@ mod tests {
     fn certificate_failures_are_named() {
         let unknown = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         let wrapped = io::Error::new(io::ErrorKind::InvalidData, unknown);
-        let reason = failure_reason(&wrapped).unwrap_or_default();
+        let twice = io::Error::other(wrapped);
+        let reason = failure_reason(&twice).unwrap_or_default();
         assert!(reason.starts_with("unknown issuer"), "{reason}");
         let expired = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
         assert!(describe(&expired).starts_with("expired certificate"));
