@@ -118,7 +118,6 @@ pub async fn request(
 /// Like [`request`], after checking `url` against `allowed`, and following up
 /// to [`MAX_REDIRECTS`] redirects, each to a host `allowed` names too. The
 /// timeout covers every hop.
-#[allow(clippy::too_many_arguments)]
 pub async fn request_within(
     allowed: &[String],
     method: &str,
