@@ -437,6 +437,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_peer_that_never_completes_the_handshake_is_a_named_tls_failure() {
+        // It accepts the TCP connection and then says nothing: no ServerHello ever comes.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                sockets.push(socket);
+            }
+        });
+        let url = format!("https://127.0.0.1:{port}/");
+        let result = request("GET", &url, &[], Vec::new(), Duration::from_secs(60), 1024).await;
+        held.abort();
+        match result {
+            Err(ClientError::Tls { url: named, reason }) => {
+                assert_eq!(named, url);
+                assert!(reason.starts_with("handshake timeout"), "{reason}");
+            }
+            other => panic!("expected a TLS handshake timeout, got {:?}", other.err()),
+        }
+    }
+
+    #[tokio::test]
     async fn a_response_over_the_limit_is_refused() {
         let (port, _) = serve(vec![("/big", 200, None, "0123456789")]).await;
         let url = format!("http://127.0.0.1:{port}/big");
