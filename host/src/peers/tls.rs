@@ -18,8 +18,10 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-/// Covers the TCP connect and the TLS handshake of a new pooled connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Covers the TCP connect and the TLS handshake of a new pooled connection. It
+/// is below the shortest call timeout (the arena JWKS's 5 s), so a stalled
+/// handshake is reported as one rather than as the call's generic timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
