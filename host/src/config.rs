@@ -349,15 +349,9 @@ impl ArenaConfig {
         if !self.jwks_url.is_empty() {
             check_jwks_url(&self.jwks_url)?;
         }
-        if self.stream_url.starts_with("wss://") {
-            return Err(invalid(
-                "arena.stream_url",
-                "wss:// is not supported by this build (no TLS in the stream client); \
-                 point it at a local TLS-terminating proxy with ws://",
-            ));
-        }
-        if !self.stream_url.is_empty() && !self.stream_url.starts_with("ws://") {
-            return Err(invalid("arena.stream_url", "must be a ws:// URL"));
+        let stream_scheme_ok = self.stream_url.starts_with("ws://") || self.stream_url.starts_with("wss://");
+        if !self.stream_url.is_empty() && !stream_scheme_ok {
+            return Err(invalid("arena.stream_url", "must be a ws:// or wss:// URL"));
         }
         Ok(())
     }

@@ -205,7 +205,7 @@ async fn javascript_tools_serve_the_hai_assistant_exactly_like_the_rust_plugin()
 // --- Tools called directly through the host, from the tool-caller fixture ---
 
 /// The Agora routing key (protocol document hash) of the plugin named `plugin`, from `/health`.
-fn agora_route(node: &TestNode, plugin: &str) -> String {
+pub(crate) fn agora_route(node: &TestNode, plugin: &str) -> String {
     let health = support::get(&node.url("/health")).json();
     health["plugins"]
         .as_array()

@@ -55,6 +55,7 @@ fn body_value(text: &str) -> serde_json::Value {
 }
 
 pub async fn run(command: Command) -> Result<(), String> {
+    super::init_outbound_tls()?;
     let timeout = Duration::from_secs(30);
     let limit = 16 << 20;
     let reply = match command {

@@ -43,6 +43,7 @@ pub enum Command {
 }
 
 pub async fn run(command: Command) -> Result<(), String> {
+    super::init_outbound_tls()?;
     let Command::Send {
         url,
         resource,

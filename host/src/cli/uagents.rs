@@ -60,6 +60,7 @@ pub enum Command {
 }
 
 pub async fn run(command: Command) -> Result<(), String> {
+    super::init_outbound_tls()?;
     match command {
         Command::Address { seed } => {
             println!("{}", identity(Some(&seed))?.address());

@@ -43,6 +43,8 @@ pub enum NodeError {
     Watch(#[from] notify::Error),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    OutboundTls(#[from] crate::peers::tls::TlsSetupError),
 }
 
 /// A node with its listeners bound, ready to serve.
@@ -57,6 +59,7 @@ impl Node {
     /// Open the store, load the plugins, start the watcher and bind every listener.
     pub async fn start(config: Config) -> Result<Node, NodeError> {
         let config = Arc::new(config);
+        crate::peers::tls::init(&config.tls.ca_file)?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display())))?;
         std::fs::create_dir_all(&config.plugins.dir).map_err(|e| {

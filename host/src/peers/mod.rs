@@ -6,7 +6,8 @@
 //! transports (which answer inbound traffic and send uAgents replies), so
 //! neither depends on the other to reach a peer.
 //!
-//! - [`http_client`]: timeouts, response-size caps and the allowed-hosts check.
+//! - [`tls`]: the one trust policy (system roots + `tls.ca_file`) and the pooled client.
+//! - [`http_client`]: timeouts, response-size caps, the allowed-hosts check, redirects.
 //! - [`agora`]: Agora two-party JSON exchanges (`agora-node agora`).
 //! - [`envelopes`]: signed Agora envelopes (`agora-node envelope`).
 //! - [`uagents`]: uAgents envelopes to a peer's `/submit`.
@@ -16,4 +17,5 @@ pub mod agora;
 pub mod envelopes;
 pub mod http_client;
 pub mod outbound;
+pub mod tls;
 pub mod uagents;

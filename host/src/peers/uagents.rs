@@ -26,7 +26,9 @@ impl DeliveryError {
         match self {
             DeliveryError::Client(ClientError::InvalidUrl(_))
             | DeliveryError::Client(ClientError::HostNotAllowed(_))
-            | DeliveryError::Client(ClientError::TooLarge { .. }) => false,
+            | DeliveryError::Client(ClientError::TooLarge { .. })
+            | DeliveryError::Client(ClientError::RedirectNotAllowed { .. })
+            | DeliveryError::Client(ClientError::TooManyRedirects { .. }) => false,
             DeliveryError::Client(_) => true,
             DeliveryError::Refused { status, .. } => *status >= 500 || *status == 429,
             DeliveryError::BadReply { .. } => false,

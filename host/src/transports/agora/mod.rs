@@ -236,11 +236,14 @@ async fn check_sources(
 
 /// Fetch a source URL only from hosts `agora.source_hosts` allows; others are skipped.
 async fn fetch_source(state: &NodeState, url: &str) -> Result<Option<String>, AgoraError> {
-    if crate::peers::http_client::check_allowed(url, &state.config.agora.source_hosts).is_err() {
+    use crate::peers::http_client;
+    let allowed = &state.config.agora.source_hosts;
+    if http_client::check_allowed(url, allowed).is_err() {
         return Ok(None);
     }
     let timeout = std::time::Duration::from_millis(state.config.outbound.timeout_ms);
-    let response = crate::peers::http_client::request(
+    let response = http_client::request_within(
+        allowed,
         "GET",
         url,
         &[],

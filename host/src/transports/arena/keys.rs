@@ -150,12 +150,7 @@ impl KeyCache {
                     .await
                     .map_err(|e| KeyError::Load(e.to_string()))??
             }
-            Source::Url(url) => {
-                let url = url.clone();
-                tokio::task::spawn_blocking(move || fetch(&url))
-                    .await
-                    .map_err(|e| KeyError::Load(e.to_string()))??
-            }
+            Source::Url(url) => fetch(url).await?,
         };
         Ok(KeySet::parse(&bytes)?)
     }
@@ -177,35 +172,29 @@ fn read_file(path: &std::path::Path) -> Result<Vec<u8>, KeyError> {
     Ok(bytes)
 }
 
-/// GET the JWKS, bounded in time and size. A redirect is an error, not a
-/// hop: whoever can answer a 3xx at the configured URL must not get to pick
-/// the host that supplies the keys.
-fn fetch(url: &str) -> Result<Vec<u8>, KeyError> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(FETCH_TIMEOUT))
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .into();
-    let mut response = agent
-        .get(url)
-        .header("accept", "application/json")
-        .call()
-        .map_err(|e| KeyError::Load(format!("{url}: {e}")))?;
-    let status = response.status();
-    if status.is_redirection() {
+/// GET the JWKS through the shared outbound client, bounded in time and
+/// size. A redirect is an error, not a hop: whoever can answer a 3xx at the
+/// configured URL must not get to pick the host that supplies the keys.
+async fn fetch(url: &str) -> Result<Vec<u8>, KeyError> {
+    let response = crate::peers::http_client::request(
+        "GET",
+        url,
+        &[("accept", "application/json")],
+        Vec::new(),
+        FETCH_TIMEOUT,
+        MAX_JWKS_BYTES as usize,
+    )
+    .await
+    .map_err(|e| KeyError::Load(e.to_string()))?;
+    let status = response.status;
+    if (300..400).contains(&status) {
         return Err(KeyError::Load(format!(
             "{url} answered {status} (a redirect); redirects are not followed for the JWKS, \
              configure arena.jwks_url with the final address"
         )));
     }
-    if status != ureq::http::StatusCode::OK {
+    if status != 200 {
         return Err(KeyError::Load(format!("{url} answered {status}")));
     }
-    response
-        .body_mut()
-        .with_config()
-        .limit(MAX_JWKS_BYTES)
-        .read_to_vec()
-        .map_err(|e| KeyError::Load(format!("{url}: {e}")))
+    Ok(response.body.to_vec())
 }

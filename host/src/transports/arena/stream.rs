@@ -7,7 +7,8 @@
 //! `events_dropped{stream="arena"}` metric. A lost connection is retried with
 //! exponential backoff and jitter, capped at 10 s; events pushed meanwhile
 //! wait in the buffer. The connection is opened with the first event, so a
-//! node that serves no match never dials the arena.
+//! node that serves no match never dials the arena. `wss://` uses the node's
+//! shared outbound trust roots (`peers::tls`), with the same backoff.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,6 +28,12 @@ const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a connection attempt failed; TLS failures are logged louder.
+enum ConnectError {
+    Tls(String),
+    Other(String),
+}
 
 pub struct EventStream {
     url: String,
@@ -111,7 +118,11 @@ impl EventStream {
                     let reason = self.pump(socket).await;
                     tracing::warn!(url = %self.url, %reason, "arena event stream lost; reconnecting");
                 }
-                Err(error) => {
+                // A certificate problem will not fix itself between retries: say so loudly.
+                Err(ConnectError::Tls(reason)) => {
+                    tracing::warn!(url = %self.url, %reason, "arena event stream: TLS failed");
+                }
+                Err(ConnectError::Other(error)) => {
                     tracing::debug!(url = %self.url, %error, "arena event stream unreachable");
                 }
             }
@@ -129,25 +140,34 @@ impl EventStream {
         &self,
     ) -> Result<
         tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-        String,
+        ConnectError,
     > {
         let mut request = self
             .url
             .as_str()
             .into_client_request()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ConnectError::Other(e.to_string()))?;
         if !self.token.is_empty() {
             let value = format!("Bearer {}", self.token)
                 .parse()
-                .map_err(|_| "arena.stream_token is not a valid header value".to_string())?;
+                .map_err(|_| ConnectError::Other("arena.stream_token is not a valid header value".into()))?;
             request
                 .headers_mut()
                 .insert(axum::http::header::AUTHORIZATION, value);
         }
-        match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request)).await {
+        let tls = crate::peers::tls::shared().map_err(|e| ConnectError::Other(e.to_string()))?;
+        let connector = tokio_tungstenite::Connector::Rustls(tls.tls.clone());
+        let connect = tokio_tungstenite::connect_async_tls_with_config(request, None, false, Some(connector));
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok((socket, _))) => Ok(socket),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err("connect timed out".into()),
+            Ok(Err(error)) => Err(match crate::peers::tls::failure_reason(&error) {
+                Some(reason) => ConnectError::Tls(reason),
+                None => ConnectError::Other(error.to_string()),
+            }),
+            Err(_) if self.url.starts_with("wss://") => Err(ConnectError::Tls(
+                "handshake timeout: no TLS session (TCP connect included) in time".into(),
+            )),
+            Err(_) => Err(ConnectError::Other("connect timed out".into())),
         }
     }
 

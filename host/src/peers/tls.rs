@@ -1,0 +1,224 @@
+//! The one trust policy for everything the node dials: a rustls `ClientConfig`
+//! (ring provider) trusting the system's roots — or the bundled webpki roots on
+//! a system that has none — plus the PEM bundle in `tls.ca_file`, and the one
+//! pooled HTTP client built on it.
+//!
+//! Both live process-wide: every outbound path (HTTP calls, the arena JWKS, the
+//! arena WebSocket stream, the CLI) reaches them without a parameter threaded
+//! through each caller, and the HTTP client's connection pool is shared. The
+//! node and the CLI call [`init`] once at start; a path used before that (a unit
+//! test, a tool) gets the system roots only. There is deliberately no way to
+//! turn verification off: a private deployment adds its CA instead.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+/// Covers the TCP connect and the TLS handshake of a new pooled connection. It
+/// is below the shortest call timeout (the arena JWKS's 5 s), so a stalled
+/// handshake is reported as one rather than as the call's generic timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSetupError {
+    #[error("tls.ca_file {path}: {reason}")]
+    CaFile { path: String, reason: String },
+    #[error("cannot build the outbound client: {0}")]
+    Client(String),
+    #[error(
+        "the outbound trust roots were already set up from tls.ca_file {first:?}; \
+         this process cannot switch to {second:?}"
+    )]
+    AlreadySet { first: PathBuf, second: PathBuf },
+}
+
+/// The shared outbound TLS configuration and the HTTP client built on it.
+pub struct Outbound {
+    ca_file: PathBuf,
+    pub tls: Arc<rustls::ClientConfig>,
+    pub http: reqwest::Client,
+}
+
+static SHARED: OnceLock<Outbound> = OnceLock::new();
+
+/// Set the process-wide trust roots from `tls.ca_file` (empty: system roots only).
+///
+/// Calling it again with the same file is a no-op; another file is an error,
+/// since connections already pooled were verified against the first.
+pub fn init(ca_file: &Path) -> Result<(), TlsSetupError> {
+    if let Some(existing) = SHARED.get() {
+        return check_same(existing, ca_file);
+    }
+    let built = Outbound::build(ca_file)?;
+    // Another thread may have won the race: then its file must be this one too.
+    match SHARED.set(built) {
+        Ok(()) => Ok(()),
+        Err(built) => SHARED
+            .get()
+            .map_or(Ok(()), |existing| check_same(existing, &built.ca_file)),
+    }
+}
+
+fn check_same(existing: &Outbound, ca_file: &Path) -> Result<(), TlsSetupError> {
+    if existing.ca_file == ca_file {
+        Ok(())
+    } else {
+        Err(TlsSetupError::AlreadySet {
+            first: existing.ca_file.clone(),
+            second: ca_file.to_path_buf(),
+        })
+    }
+}
+
+/// The shared client; the system roots only if [`init`] was never called.
+pub fn shared() -> Result<&'static Outbound, TlsSetupError> {
+    if let Some(outbound) = SHARED.get() {
+        return Ok(outbound);
+    }
+    let built = Outbound::build(Path::new(""))?;
+    // Whoever set it first wins; both were built from the same policy.
+    Ok(SHARED.get_or_init(|| built))
+}
+
+impl Outbound {
+    fn build(ca_file: &Path) -> Result<Outbound, TlsSetupError> {
+        let extra = if ca_file.as_os_str().is_empty() {
+            Vec::new()
+        } else {
+            read_ca_file(ca_file)?
+        };
+        let tls = client_config(roots(&extra))?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls.clone())
+            // Redirects are followed by `http_client::request_within`, hop by hop,
+            // each checked against the call's allow-list.
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .build()
+            .map_err(|e| TlsSetupError::Client(e.to_string()))?;
+        Ok(Outbound {
+            ca_file: ca_file.to_path_buf(),
+            tls: Arc::new(tls),
+            http,
+        })
+    }
+}
+
+fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+    let failed = |reason: String| TlsSetupError::CaFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| failed(format!("not a PEM certificate bundle: {e}")))?;
+    if certs.is_empty() {
+        return Err(failed("holds no PEM certificate".into()));
+    }
+    Ok(certs)
+}
+
+/// The system's roots (webpki's bundled roots where the system has none), plus `extra`.
+fn roots(extra: &[CertificateDer<'static>]) -> rustls::RootCertStore {
+    let mut store = rustls::RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    for error in &system.errors {
+        tracing::debug!(%error, "a system trust root could not be read");
+    }
+    let (added, _) = store.add_parsable_certificates(system.certs);
+    if added == 0 {
+        tracing::info!("no system trust roots found; using the bundled webpki roots");
+        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    }
+    let (_, ignored) = store.add_parsable_certificates(extra.iter().cloned());
+    if ignored > 0 {
+        tracing::warn!(
+            ignored,
+            "certificates in tls.ca_file that are not usable CA certificates"
+        );
+    }
+    store
+}
+
+fn client_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, TlsSetupError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsSetupError::Client(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Why a TLS connection failed, in words an operator can act on, if `error`
+/// (or anything in its source chain) is a TLS failure.
+pub fn failure_reason(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(current) = next {
+        if let Some(tls) = current.downcast_ref::<rustls::Error>() {
+            return Some(describe(tls));
+        }
+        // `io::Error::source` skips the error it wraps (tokio-rustls puts the
+        // rustls error there, sometimes inside another io::Error): step into it.
+        next = match current.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
+    }
+    None
+}
+
+fn describe(error: &rustls::Error) -> String {
+    use rustls::CertificateError as Cert;
+    match error {
+        rustls::Error::InvalidCertificate(cert) => match cert {
+            Cert::UnknownIssuer => "unknown issuer: the certificate is not signed by a trusted CA \
+                 (add the CA to tls.ca_file)"
+                .into(),
+            Cert::NotValidForName | Cert::NotValidForNameContext { .. } => {
+                format!("name mismatch: the certificate is not valid for this host ({cert})")
+            }
+            Cert::Expired | Cert::ExpiredContext { .. } => format!("expired certificate ({cert})"),
+            Cert::NotValidYet | Cert::NotValidYetContext { .. } => {
+                format!("certificate not valid yet ({cert})")
+            }
+            other => format!("invalid certificate: {other}"),
+        },
+        other => format!("TLS handshake failed: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificate_failures_are_named() {
+        let unknown = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = io::Error::new(io::ErrorKind::InvalidData, unknown);
+        let twice = io::Error::other(wrapped);
+        let reason = failure_reason(&twice).unwrap_or_default();
+        assert!(reason.starts_with("unknown issuer"), "{reason}");
+        let expired = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
+        assert!(describe(&expired).starts_with("expired certificate"));
+        let plain = io::Error::other("connection refused");
+        assert_eq!(failure_reason(&plain), None);
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "not pem").unwrap();
+        let error = read_ca_file(&path).unwrap_err().to_string();
+        assert!(error.contains("no PEM certificate"), "{error}");
+        let missing = read_ca_file(&dir.path().join("absent.pem")).unwrap_err();
+        assert!(missing.to_string().contains("absent.pem"));
+    }
+}
