@@ -661,8 +661,7 @@ fn check_jwks_url(value: &str) -> Result<(), ConfigError> {
                         "{value:?} uses plain http:// to a non-loopback host; the arena's keys \
                          must come over https:// (keys fetched in the clear can be swapped in \
                          transit). http:// is accepted only for loopback hosts (127.0.0.0/8, ::1, \
-                         localhost), e.g. a local TLS-terminating proxy, until the node's own TLS \
-                         support arrives in a later issue"
+                         localhost), e.g. a local test server"
                     ),
                 ))
             }
