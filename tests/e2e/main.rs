@@ -16,4 +16,5 @@ mod hostile_signed;
 mod open_port;
 mod scripting;
 mod scripting_tools;
+mod tls_inbound;
 mod uagents;
