@@ -441,3 +441,14 @@ fn bad_certificate_files_at_start_up_stop_the_node_naming_the_setting() {
     let error = start(one.cert_pem.as_bytes(), b"");
     assert!(error.contains("tls.key_file"), "{error}");
 }
+
+/// The HAI page over https in Chromium: its WebSocket is wss:// and a chat
+/// message goes both ways (tests/browser/hai-tls.test.mjs).
+#[test]
+fn the_browser_client_chats_over_https_and_wss() {
+    let ca = TestCa::new();
+    ca.install(&ca.leaf(1));
+    let node = ca.node().plugin("hai-assistant").start();
+    let url = format!("https://localhost:{}/", node.port);
+    crate::hai::browser_test_at(&node, &url, "hai-tls.test.mjs", "screenshot-tls.png");
+}
