@@ -226,3 +226,67 @@ async fn reload(
         examined = pair;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(names: &[&str]) -> PairBytes {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        PairBytes {
+            cert: cert.pem().into_bytes(),
+            key: key.serialize_pem().into_bytes(),
+        }
+    }
+
+    fn refusal(pair: &PairBytes) -> TlsError {
+        match pair.certified(&rustls::crypto::ring::default_provider()) {
+            Ok(_) => panic!("the pair was accepted"),
+            Err(error) => error,
+        }
+    }
+
+    #[test]
+    fn a_matching_pair_is_accepted_with_its_chain() {
+        let certified = pair(&["localhost"])
+            .certified(&rustls::crypto::ring::default_provider())
+            .expect("a matching pair");
+        assert_eq!(certified.cert.len(), 1);
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_refused_naming_the_key_file() {
+        let one = pair(&["localhost"]);
+        let other = pair(&["localhost"]);
+        let error = refusal(&PairBytes {
+            cert: one.cert,
+            key: other.key,
+        });
+        assert_eq!(error.key, "tls.key_file");
+        assert!(error.reason.contains("does not belong"), "{error}");
+    }
+
+    #[test]
+    fn garbage_and_missing_blocks_name_the_file_at_fault() {
+        let good = pair(&["localhost"]);
+        for cert in [
+            &b"garbage"[..],
+            b"-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----\n",
+        ] {
+            let error = refusal(&PairBytes {
+                cert: cert.to_vec(),
+                key: good.key.clone(),
+            });
+            assert_eq!(error.key, "tls.cert_file", "{error}");
+        }
+        // A certificate where the key should be is no key.
+        let error = refusal(&PairBytes {
+            cert: good.cert.clone(),
+            key: good.cert.clone(),
+        });
+        assert_eq!(error.key, "tls.key_file", "{error}");
+    }
+}
