@@ -374,8 +374,9 @@ fn a_renewed_certificate_reaches_new_connections_under_load_and_a_broken_one_is_
                 Duration::from_millis(20),
                 || seen.lock().unwrap().contains(second.der.as_ref()),
             );
-            // A broken renewal: garbage where the certificate was. (The renewal above
-            // may have been seen half-done and refused once already.)
+            // A broken renewal: garbage where the certificate was. (Counted from here:
+            // the renewal above, had a stall split its two renames across reads, would
+            // rightly have been refused once on the way.)
             let refusals = || node.log_text().matches("renewed TLS certificate refused").count();
             let before = refusals();
             replace(

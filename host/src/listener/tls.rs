@@ -13,14 +13,16 @@
 //!   model, and the node's h2 stack is not built; browsers and curl negotiate
 //!   http/1.1 and WebSockets stay plain HTTP/1.1 upgrades.
 //! - **Rotation**: both files are read again every [`RELOAD_INTERVAL`] and compared
-//!   byte for byte with what was last examined. Polling rather than `notify`:
+//!   byte for byte with what was last examined; a change is examined once two reads
+//!   in a row agree, so a file caught mid-write or a pair renewed one file at a
+//!   time is not refused on the way. Polling rather than `notify`:
 //!   certbot and Kubernetes replace certificates by renaming symlinks or whole
 //!   directories, which a watch on the files misses and a watch on the folders sees
 //!   as a burst of events to debounce; two small reads a second see every kind of
 //!   replacement. A pair that parses and matches is swapped in atomically
 //!   ([`ServedCertificate`]): connections already open keep the session they have,
-//!   new handshakes get the new certificate. A pair that does not (half-written,
-//!   garbage, a key of another certificate) leaves the served pair in place and is
+//!   new handshakes get the new certificate. A pair that does not (garbage, a key
+//!   of another certificate, a file left half-written) leaves the served pair in place and is
 //!   logged once, until the files change again. At start-up the same errors stop
 //!   the node, naming the setting.
 
@@ -188,6 +190,10 @@ async fn reload(
     // What was last examined, accepted or not: unchanged files are not parsed or
     // logged again.
     let mut examined = loaded;
+    // Changed files read once: examined only if the next read finds them the same,
+    // so a pair caught half-written (or one file renewed before the other) is not
+    // refused with a warning a second before it is complete.
+    let mut settling: Option<PairBytes> = None;
     let mut last_read_error = None;
     let mut ticker = tokio::time::interval(RELOAD_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -209,8 +215,14 @@ async fn reload(
         };
         last_read_error = None;
         if pair == examined {
+            settling = None;
             continue;
         }
+        if settling.as_ref() != Some(&pair) {
+            settling = Some(pair);
+            continue;
+        }
+        settling = None;
         match pair.certified(&provider) {
             Ok(certified) => {
                 *served.current.write() = Arc::new(certified);
