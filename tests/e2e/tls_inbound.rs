@@ -220,6 +220,41 @@ fn every_listener_serves_https_and_wss_to_a_client_trusting_the_ca() {
     let reply: Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["status"], "success", "{reply}");
     assert_eq!(reply["body"], "2 + 3 * (4 - 1) = 11");
+    // The listener's limits hold inside TLS: a body over http.max_body_bytes gets
+    // the protocol's 413, a header block over http.max_header_bytes a 431.
+    let big = ca.dir.path().join("big.json");
+    std::fs::write(&big, vec![b' '; 2 << 20]).unwrap();
+    let status = curl(
+        &ca,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            &format!("@{}", big.display()),
+            &format!("https://localhost:{agora_port}/agora"),
+        ],
+    )
+    .expect("curl with a large body");
+    assert_eq!(status, "413");
+    let huge_header = format!("x-filler: {}", "a".repeat(64 << 10));
+    let status = curl(
+        &ca,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            &huge_header,
+            &format!("https://localhost:{}/health", node.port),
+        ],
+    )
+    .expect("curl with a large header");
+    assert_eq!(status, "431");
     let plain = Command::new("curl")
         .args(["--silent", "--max-time", "30"])
         .arg(format!("http://127.0.0.1:{agora_port}/agora"))
