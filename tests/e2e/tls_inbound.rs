@@ -181,6 +181,14 @@ fn curl(ca: &TestCa, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// The HTTP status curl (trusting the test CA) got for `url` with `args`.
+fn curl_status(ca: &TestCa, args: &[&str], url: &str) -> String {
+    let mut all = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+    all.extend_from_slice(args);
+    all.push(url);
+    curl(ca, &all).unwrap_or_else(|e| panic!("curl {url}: {e}"))
+}
+
 #[test]
 fn every_listener_serves_https_and_wss_to_a_client_trusting_the_ca() {
     let ca = TestCa::new();
@@ -224,36 +232,19 @@ fn every_listener_serves_https_and_wss_to_a_client_trusting_the_ca() {
     // the protocol's 413, a header block over http.max_header_bytes a 431.
     let big = ca.dir.path().join("big.json");
     std::fs::write(&big, vec![b' '; 2 << 20]).unwrap();
-    let status = curl(
+    let body = format!("@{}", big.display());
+    let status = curl_status(
         &ca,
-        &[
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "-H",
-            "content-type: application/json",
-            "--data-binary",
-            &format!("@{}", big.display()),
-            &format!("https://localhost:{agora_port}/agora"),
-        ],
-    )
-    .expect("curl with a large body");
+        &["-H", "content-type: application/json", "--data-binary", &body],
+        &format!("https://localhost:{agora_port}/agora"),
+    );
     assert_eq!(status, "413");
     let huge_header = format!("x-filler: {}", "a".repeat(64 << 10));
-    let status = curl(
+    let status = curl_status(
         &ca,
-        &[
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "-H",
-            &huge_header,
-            &format!("https://localhost:{}/health", node.port),
-        ],
-    )
-    .expect("curl with a large header");
+        &["-H", &huge_header],
+        &format!("https://localhost:{}/health", node.port),
+    );
     assert_eq!(status, "431");
     let plain = Command::new("curl")
         .args(["--silent", "--max-time", "30"])
