@@ -119,7 +119,7 @@ async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
     let node = agora_node::Node::start(config).await.map_err(|e| e.to_string())?;
     for addr in node.addresses() {
         // One line per listener on stdout, for scripts and tests waiting for readiness.
-        println!("agora-node listening on http://{addr}");
+        println!("agora-node listening on {}://{addr}", node.http_scheme());
     }
     if dev {
         // Build output goes beside the sources' workspace (or where CARGO_TARGET_DIR says),

@@ -2,12 +2,14 @@
 // talking to the chat the way a person does (type, press Send, wait for the answer).
 import { chromium } from 'playwright-core';
 
-export function launch() {
+/** Chromium, with `extraArgs` for this one browser only. */
+export function launch(extraArgs = []) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: [
       '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      ...extraArgs,
     ],
   });
 }
@@ -35,10 +37,14 @@ export async function answer(page, n) {
   return finals(page).nth(n - 1).innerText();
 }
 
-/** A page of `browser` on the node, connected, with the page's console errors echoed. */
-export async function openChat(browser, url, options = {}) {
+/**
+ * A page of `browser` on the node, connected, with the page's console errors echoed;
+ * `beforeLoad(page)` runs before the page loads (to watch its WebSockets…).
+ */
+export async function openChat(browser, url, options = {}, beforeLoad = () => {}) {
   const context = await browser.newContext({ viewport: { width: 1100, height: 760 }, ...options });
   const page = await context.newPage();
+  beforeLoad(page);
   page.on('console', (m) => { if (m.type() === 'error') console.log('[page]', m.text()); });
   page.on('pageerror', (e) => console.log('[page error]', e.message));
   await page.goto(url);

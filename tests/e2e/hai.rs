@@ -855,6 +855,11 @@ pub(crate) fn browser_tooling(root: &Path) {
 
 /// Run `script` (in tests/browser) against `node` in chromium; it writes `screenshot` there.
 fn browser_test(node: &TestNode, script: &str, screenshot: &str) {
+    browser_test_at(node, &node.url("/"), script, screenshot);
+}
+
+/// [`browser_test`] with the page at `url` (https, another host name…).
+pub(crate) fn browser_test_at(node: &TestNode, url: &str, script: &str, screenshot: &str) {
     let root = crate::support::repo_root();
     browser_tooling(&root);
     let dir = root.join("tests/browser");
@@ -862,7 +867,7 @@ fn browser_test(node: &TestNode, script: &str, screenshot: &str) {
     let _ = std::fs::remove_file(&screenshot);
     let output = Command::new("node")
         .arg(dir.join(script))
-        .env("HAI_URL", node.url("/"))
+        .env("HAI_URL", url)
         .env("SCREENSHOT", &screenshot)
         .current_dir(&dir)
         .output()

@@ -16,5 +16,6 @@ mod hostile_signed;
 mod open_port;
 mod scripting;
 mod scripting_tools;
+mod tls_inbound;
 mod tls_outbound;
 mod uagents;

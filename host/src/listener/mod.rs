@@ -24,6 +24,9 @@
 //!   `http.discard_body_bytes` / `http.discard_timeout_ms` before the reply goes out.
 //!   A client that writes its whole body before reading (most do) then reads the
 //!   protocol's own 413 instead of a broken pipe.
+//! - **TLS** ([`tls`]): with `tls.cert_file` and `tls.key_file` set, every
+//!   listener wraps the counted socket in TLS (handshake bounded by the header
+//!   timeout) and serves HTTPS and WSS; the certificate is re-read when it changes.
 //!
 //! The handlers see `ConnectInfo<SocketAddr>` exactly as with
 //! `into_make_service_with_connect_info`.
@@ -31,6 +34,7 @@
 pub mod body;
 pub mod caps;
 pub mod socket;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -41,6 +45,7 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
@@ -50,6 +55,7 @@ use crate::metrics::Metrics;
 
 pub use body::BodyLimits;
 pub use caps::ConnectionCaps;
+pub use tls::{Tls, TlsError};
 
 /// What every listener of one node shares.
 #[derive(Clone)]
@@ -77,12 +83,13 @@ impl ListenerLimits {
     }
 }
 
-/// Accept and serve connections on `listener` until `stop` turns true, then
+/// Accept and serve connections on `listener` (over TLS when `tls` is set) until `stop` turns true, then
 /// let every connection finish its in-flight request and close.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ListenerLimits,
+    tls: Option<Tls>,
     mut stop: watch::Receiver<bool>,
 ) {
     let limits = Arc::new(limits);
@@ -115,7 +122,7 @@ pub async fn serve(
             max_bytes: limits.body.discard_bytes,
             timeout: limits.body.discard_timeout,
         };
-        let io = TokioIo::new(socket::Counted::new(tcp, permit, linger));
+        let counted = socket::Counted::new(tcp, permit, linger);
         let router = router.clone();
         let request_limits = limits.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -123,24 +130,18 @@ pub async fn serve(
             let limits = request_limits.clone();
             async move { Ok::<_, Infallible>(handle(router, peer, &limits, request).await) }
         });
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .max_header_size(limits.max_header_bytes)
-            .keep_alive(true);
-        let connection = builder.serve_connection(io, service).with_upgrades();
         let mut stop = stop.clone();
         let open = open_tx.clone();
+        let limits = limits.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _open = open;
-            let mut connection = std::pin::pin!(connection);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                _ = async { stop.wait_for(|stopped| *stopped).await.map(|_| ()) } => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
+            let result = match tls {
+                None => serve_connection(counted, service, &limits, stop).await,
+                Some(tls) => match tls.accept(counted, &mut stop).await {
+                    Some(stream) => serve_connection(stream, service, &limits, stop).await,
+                    None => return,
+                },
             };
             if let Err(error) = result {
                 tracing::debug!(%peer, %error, "connection ended with an error");
@@ -150,6 +151,42 @@ pub async fn serve(
     drop(listener);
     drop(open_tx);
     let _ = open_rx.recv().await;
+}
+
+/// Serve HTTP/1.1 (and upgrades) on one accepted stream, plain or TLS, until the
+/// client closes or `stop` turns true and the in-flight request is done.
+async fn serve_connection<S>(
+    stream: S,
+    service: impl hyper::service::Service<
+        hyper::Request<Incoming>,
+        Response = axum::response::Response,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Send
+    + 'static,
+    limits: &ListenerLimits,
+    mut stop: watch::Receiver<bool>,
+) -> hyper::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_header_size(limits.max_header_bytes)
+        .keep_alive(true);
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => result,
+        _ = async { stop.wait_for(|stopped| *stopped).await.map(|_| ()) } => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    }
 }
 
 async fn handle(

@@ -39,6 +39,8 @@ pub enum NodeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot serve TLS: {0}")]
+    Tls(#[from] crate::listener::TlsError),
     #[error("cannot watch the plugins folder: {0}")]
     Watch(#[from] notify::Error),
     #[error(transparent)]
@@ -52,6 +54,7 @@ pub struct Node {
     state: NodeState,
     listeners: Vec<(SocketAddr, TcpListener, Router)>,
     limits: ListenerLimits,
+    tls: Option<listener::Tls>,
     _watcher: Option<watcher::PluginWatcher>,
 }
 
@@ -146,6 +149,12 @@ impl Node {
             }
         }
 
+        let tls = if config.tls.serves_tls() {
+            let handshake_timeout = Duration::from_millis(config.http.header_timeout_ms);
+            Some(listener::Tls::start(&config.tls, handshake_timeout)?)
+        } else {
+            None
+        };
         let mut listeners = Vec::new();
         for (addr, router) in routers {
             let listener = TcpListener::bind(addr)
@@ -166,6 +175,7 @@ impl Node {
             state,
             listeners,
             limits: ListenerLimits::new(&config.http, metrics),
+            tls,
             _watcher: Some(watcher),
         })
     }
@@ -173,6 +183,11 @@ impl Node {
     /// The addresses actually bound (port 0 resolved).
     pub fn addresses(&self) -> Vec<SocketAddr> {
         self.listeners.iter().map(|(addr, _, _)| *addr).collect()
+    }
+
+    /// `https` when the listeners serve TLS, else `http`.
+    pub fn http_scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
     }
 
     pub fn state(&self) -> &NodeState {
@@ -188,11 +203,17 @@ impl Node {
         let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
         let mut servers = Vec::new();
         for (addr, listener, router) in self.listeners {
-            tracing::info!(%addr, "listening");
+            let (http, ws) = if self.tls.is_some() {
+                ("https", "wss")
+            } else {
+                ("http", "ws")
+            };
+            tracing::info!(url = %format!("{http}://{addr}"), websocket = %format!("{ws}://{addr}"), "listening");
             servers.push(tokio::spawn(listener::serve(
                 listener,
                 router,
                 self.limits.clone(),
+                self.tls.clone(),
                 stop_rx.clone(),
             )));
         }
