@@ -61,8 +61,8 @@ def check(body: object) -> tuple[AgentRegistrationAttestation, str, str]:
             raise ValueError(f"bad protocol digest {digest!r}")
     try:
         verified = attestation.verify()
-    except Exception as error:  # the library raises on undecodable signatures
-        raise ValueError(f"signature: {error}") from error
+    except Exception as error:  # ecdsa raises for a signature over other bytes
+        raise ValueError(f"signature does not verify: {error}") from error
     if not verified:
         raise ValueError("signature does not verify")
     return attestation, address, prefix
