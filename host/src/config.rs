@@ -694,8 +694,9 @@ fn check_jwks_url(value: &str) -> Result<(), ConfigError> {
 
 /// An absolute http(s) URL with a host.
 fn is_http_url(text: &str) -> bool {
-    url::Url::parse(text)
-        .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty()))
+    url::Url::parse(text).is_ok_and(|url| {
+        matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty())
+    })
 }
 
 fn positive(key: &'static str, value: u64) -> Result<(), ConfigError> {
@@ -760,7 +761,9 @@ mod tests {
             ("public_endpoint", "127.0.0.1:8000/submit"),
             ("endpoint", "file:///submit"),
         ] {
-            let error = with(&format!("[uagents]\n{key} = {value:?}")).unwrap_err().to_string();
+            let error = with(&format!("[uagents]\n{key} = {value:?}"))
+                .unwrap_err()
+                .to_string();
             assert!(error.contains("must be an http(s) URL"), "{key}: {error}");
         }
         let ok = with("[uagents]\nalmanac_api = \"https://agentverse.ai/v1/almanac\"").unwrap();

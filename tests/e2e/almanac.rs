@@ -85,16 +85,32 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
     // The node's registration passed every check of the stand-in.
     let registration = wait_for_registration(&node, &api, &node_address);
     assert_eq!(registration["prefix"], "agent");
-    assert_eq!(registration["endpoints"], json!([{"url": node_endpoint, "weight": 1}]));
+    assert_eq!(
+        registration["endpoints"],
+        json!([{"url": node_endpoint, "weight": 1}])
+    );
     assert_eq!(registration["protocols"], json!([ECHO_PROTOCOL_DIGEST]));
-    assert!(checks(&api)["refused"].as_array().unwrap().is_empty(), "{}", checks(&api));
+    assert!(
+        checks(&api)["refused"].as_array().unwrap().is_empty(),
+        "{}",
+        checks(&api)
+    );
 
     // The stand-in refuses an attestation altered after signing.
-    let mut forged = almanac::attestation(&identity(OTHER_SEED), "http://127.0.0.1:9/submit", &[], now_secs());
+    let mut forged = almanac::attestation(
+        &identity(OTHER_SEED),
+        "http://127.0.0.1:9/submit",
+        &[],
+        now_secs(),
+    );
     forged["endpoints"][0]["url"] = json!("http://127.0.0.1:10/submit");
     let refused = support::post_json(&format!("{api}/agents"), &forged);
     assert_eq!(refused.status, 422, "{}", refused.body);
-    assert!(refused.body.contains("signature does not verify"), "{}", refused.body);
+    assert!(
+        refused.body.contains("signature does not verify"),
+        "{}",
+        refused.body
+    );
 
     // A real uAgent registers (the library's own registration, accepted by the stand-in),
     // resolves the node through the Almanac and sends; the node resolves the uAgent
@@ -126,13 +142,25 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
     let schema = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(schema.path(), MESSAGE_SCHEMA).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
-        .args(["uagents", "send", "--to", &peer_address, "--almanac-api", &api, "--sync"])
+        .args([
+            "uagents",
+            "send",
+            "--to",
+            &peer_address,
+            "--almanac-api",
+            &api,
+            "--sync",
+        ])
         .arg("--schema")
         .arg(schema.path())
         .args(["--json", r#"{"text": "via the almanac"}"#, "--timeout", "20"])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(reply["sender"], peer_address, "{reply}");
     assert_eq!(reply["schema_digest"], MESSAGE_DIGEST);
@@ -148,7 +176,11 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         &almanac::attestation(&hostile, &trap_url, &[], now_secs()),
     );
     assert_eq!(registered.status, 200, "{}", registered.body);
-    let accepted_envelope = submit(&node, &message_envelope(&hostile, &node_address, "call me"), false);
+    let accepted_envelope = submit(
+        &node,
+        &message_envelope(&hostile, &node_address, "call me"),
+        false,
+    );
     assert_eq!(accepted_envelope.status, 200, "{}", accepted_envelope.body);
     node.wait_until(
         "the refused endpoint in the log",
@@ -157,7 +189,10 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         || node.log_text().contains("no Almanac endpoint is allowed"),
     );
     trap.set_nonblocking(true).unwrap();
-    assert!(trap.accept().is_err(), "the node connected to a disallowed endpoint");
+    assert!(
+        trap.accept().is_err(),
+        "the node connected to a disallowed endpoint"
+    );
 }
 
 #[test]
@@ -175,12 +210,19 @@ fn an_almanac_that_is_down_is_retried_with_backoff_and_never_stops_the_node() {
         ],
     );
     let failures = || node.log_text().matches("Almanac registration failed").count();
-    node.wait_until("two failed registrations", Duration::from_secs(30), Duration::from_millis(50), || {
-        failures() >= 2
-    });
+    node.wait_until(
+        "two failed registrations",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || failures() >= 2,
+    );
     // The node serves all along.
     let sender = identity(OTHER_SEED);
-    let reply = submit(&node, &message_envelope(&sender, identity(NODE_SEED).address(), "still here"), true);
+    let reply = submit(
+        &node,
+        &message_envelope(&sender, identity(NODE_SEED).address(), "still here"),
+        true,
+    );
     assert_eq!(reply.status, 200, "{}", reply.body);
     // Once the API is up, a retry registers the node.
     let _almanac = stand_in(almanac_port);
@@ -189,5 +231,40 @@ fn an_almanac_that_is_down_is_retried_with_backoff_and_never_stops_the_node() {
         registration["endpoints"],
         json!([{"url": "https://node.example.org/submit", "weight": 1}])
     );
-    assert!(node.log_text().contains("registered in the Almanac"), "{}", node.log_text());
+    assert!(
+        node.log_text().contains("registered in the Almanac"),
+        "{}",
+        node.log_text()
+    );
+}
+
+#[test]
+fn a_plugin_loaded_later_is_registered_without_waiting_for_the_hour() {
+    let almanac_port = support::free_port();
+    let api = format!("http://127.0.0.1:{almanac_port}");
+    let _almanac = stand_in(almanac_port);
+    let node = TestNode::builder()
+        .env("AGORA_UAGENTS__SEED", NODE_SEED)
+        .env("AGORA_UAGENTS__ALMANAC_API", api.clone())
+        .start();
+    let address = identity(NODE_SEED).address().to_string();
+    let first = wait_for_registration(&node, &api, &address);
+    assert_eq!(first["protocols"], json!([]));
+
+    support::install_plugin(&node.plugins_dir, "uagents-echo");
+    node.wait_until(
+        "a registration with the echo protocol",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            accepted(&api, &address)
+                .iter()
+                .any(|r| r["protocols"] == json!([ECHO_PROTOCOL_DIGEST]))
+        },
+    );
+    assert!(
+        node.log_text().contains("protocol digests changed"),
+        "{}",
+        node.log_text()
+    );
 }

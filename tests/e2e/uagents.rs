@@ -23,7 +23,8 @@ pub(crate) const MESSAGE_SCHEMA: &str = r#"{"properties": {"text": {"title": "Te
 pub(crate) const MESSAGE_DIGEST: &str =
     "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
 const ERROR_DIGEST: &str = "model:94cb082f79871c5e80a20637f935d233f0ce11a135d5a3a3c6071e81102a84d5";
-pub(crate) const ECHO_PROTOCOL_DIGEST: &str = "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
+pub(crate) const ECHO_PROTOCOL_DIGEST: &str =
+    "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
 
 pub(crate) fn identity(seed: &str) -> AgentIdentity {
     AgentIdentity::from_seed(seed).unwrap()

@@ -98,7 +98,10 @@ pub async fn register(api: &str, attestation: &Value) -> Result<(), AlmanacError
         Err(AlmanacError::Refused {
             url,
             status: response.status,
-            body: String::from_utf8_lossy(&response.body).chars().take(256).collect(),
+            body: String::from_utf8_lossy(&response.body)
+                .chars()
+                .take(256)
+                .collect(),
         })
     }
 }
@@ -132,7 +135,10 @@ where
             while Instant::now() < due {
                 tokio::time::sleep(DIGEST_CHECK.min(due - Instant::now())).await;
                 if protocols() != registered {
-                    tracing::info!(transport = "uagents", "protocol digests changed; registering again");
+                    tracing::info!(
+                        transport = "uagents",
+                        "protocol digests changed; registering again"
+                    );
                     break;
                 }
             }
@@ -174,18 +180,25 @@ impl Resolver {
 
     async fn lookup(&self, address: &str) -> Result<(Vec<String>, Duration), AlmanacError> {
         let url = api_url(&self.api, &format!("/agents/{address}"));
-        let response = http_client::request("GET", &url, &[], Vec::new(), API_TIMEOUT, MAX_ANSWER_BYTES).await?;
+        let response =
+            http_client::request("GET", &url, &[], Vec::new(), API_TIMEOUT, MAX_ANSWER_BYTES).await?;
         if response.status >= 500 {
             return Err(AlmanacError::Refused {
                 url,
                 status: response.status,
-                body: String::from_utf8_lossy(&response.body).chars().take(256).collect(),
+                body: String::from_utf8_lossy(&response.body)
+                    .chars()
+                    .take(256)
+                    .collect(),
             });
         }
         let record = (response.status == 200)
             .then(|| serde_json::from_slice::<Value>(&response.body).ok())
             .flatten();
-        Ok(record.as_ref().and_then(parse_record).unwrap_or((Vec::new(), MISS_TTL)))
+        Ok(record
+            .as_ref()
+            .and_then(parse_record)
+            .unwrap_or((Vec::new(), MISS_TTL)))
     }
 
     fn remember(&self, address: &str, endpoints: Vec<String>, until: Instant) {
@@ -253,7 +266,12 @@ mod tests {
     #[test]
     fn the_attestation_is_signed_over_the_compact_sorted_dump_of_its_other_fields() {
         let identity = AgentIdentity::from_seed(SEED).unwrap();
-        let body = attestation(&identity, "http://127.0.0.1:1/submit", &["proto:ab".into()], 1_700_000_000);
+        let body = attestation(
+            &identity,
+            "http://127.0.0.1:1/submit",
+            &["proto:ab".into()],
+            1_700_000_000,
+        );
         let expected = format!(
             r#"{{"agent_identifier":"agent://{}","endpoints":[{{"url":"http://127.0.0.1:1/submit","weight":1}}],"metadata":null,"protocols":["proto:ab"],"timestamp":1700000000}}"#,
             identity.address()
@@ -276,11 +294,15 @@ mod tests {
             {"url": "http://a/submit", "weight": 1}, {"url": "http://b/submit", "weight": 5}]});
         let (endpoints, ttl) = parse_record(&record).unwrap();
         assert_eq!(endpoints, ["http://b/submit", "http://a/submit"]);
-        assert!(ttl > Duration::from_secs(500) && ttl <= Duration::from_secs(600), "{ttl:?}");
+        assert!(
+            ttl > Duration::from_secs(500) && ttl <= Duration::from_secs(600),
+            "{ttl:?}"
+        );
 
         let far = json!({"expiry": "2999-01-01T00:00:00+00:00", "endpoints": [{"url": "http://a/submit", "weight": 1}]});
         assert_eq!(parse_record(&far).unwrap().1, MAX_TTL);
-        let past = json!({"expiry": "2001-01-01T00:00:00Z", "endpoints": [{"url": "http://a/submit", "weight": 1}]});
+        let past =
+            json!({"expiry": "2001-01-01T00:00:00Z", "endpoints": [{"url": "http://a/submit", "weight": 1}]});
         assert!(parse_record(&past).is_none());
         assert!(parse_record(&json!({"endpoints": [{"url": "http://a/submit", "weight": 1}]})).is_none());
         assert!(parse_record(&json!({"expiry": ahead, "endpoints": []})).is_none());
