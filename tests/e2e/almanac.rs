@@ -5,7 +5,6 @@
 //! library's registration is driven against it in the same test, so the
 //! stand-in is proven to accept what the library sends.
 
-use std::process::Command;
 use std::time::Duration;
 
 use agora_node::peers::almanac;
@@ -13,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::support::{self, TestNode};
 use crate::uagents::{
-    ECHO_PROTOCOL_DIGEST, MESSAGE_DIGEST, MESSAGE_SCHEMA, NODE_SEED, OTHER_SEED, Script, echo_node, identity,
-    message_envelope, now_secs, submit, wait_for_port,
+    ECHO_PROTOCOL_DIGEST, MESSAGE_DIGEST, MESSAGE_SCHEMA, NODE_SEED, OTHER_SEED, Script, cli_send, echo_node,
+    identity, message_envelope, now_secs, submit, wait_for_port,
 };
 
 const PEER_SEED: &str = "uagents-almanac-peer-seed-v1";
@@ -141,27 +140,19 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
     wait_for_port(peer_port, "the Almanac uAgent");
     let schema = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(schema.path(), MESSAGE_SCHEMA).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
-        .args([
-            "uagents",
-            "send",
+    let reply = cli_send(
+        &[
             "--to",
             &peer_address,
             "--almanac-api",
             &api,
             "--sync",
-        ])
-        .arg("--schema")
-        .arg(schema.path())
-        .args(["--json", r#"{"text": "via the almanac"}"#, "--timeout", "20"])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+            "--json",
+            r#"{"text": "via the almanac"}"#,
+        ],
+        schema.path(),
+        &[],
     );
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(reply["sender"], peer_address, "{reply}");
     assert_eq!(reply["schema_digest"], MESSAGE_DIGEST);
     assert_eq!(reply["message"], json!({"text": "echo: via the almanac"}));

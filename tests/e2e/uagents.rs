@@ -529,6 +529,25 @@ impl EchoAgent {
     }
 }
 
+/// `agora-node uagents send ARGS --schema SCHEMA --timeout 20`: its JSON output.
+pub(crate) fn cli_send(args: &[&str], schema: &std::path::Path, env: &[(&str, &str)]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .args(["uagents", "send"])
+        .args(args)
+        .arg("--schema")
+        .arg(schema)
+        .args(["--timeout", "20"])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Value>(&output.stdout).unwrap()
+}
+
 pub(crate) fn peer_env(address: &str, url: &str) -> (String, String) {
     (format!("AGORA_UAGENTS__PEERS__{address}"), url.to_string())
 }
@@ -697,24 +716,19 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
     let schema = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(schema.path(), MESSAGE_SCHEMA).unwrap();
     let listener_address = identity(LISTENER_SEED).address().to_string();
+    let endpoint = agent.url();
     let send = |text: &str, extra: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
-            .args(["uagents", "send", "--to", &listener_address])
-            .args(["--endpoint", &agent.url()])
-            .arg("--schema")
-            .arg(schema.path())
-            .args(["--json", &json!({ "text": text }).to_string()])
-            .args(["--timeout", "20"])
-            .args(extra)
-            .env("AGORA_CLI_UAGENTS_SEED", SENDER_SEED)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+        let message = json!({ "text": text }).to_string();
+        let mut args = vec![
+            "--to",
+            &listener_address,
+            "--endpoint",
+            &endpoint,
+            "--json",
+            &message,
+        ];
+        args.extend_from_slice(extra);
+        cli_send(&args, schema.path(), &[("AGORA_CLI_UAGENTS_SEED", SENDER_SEED)])
     };
 
     // Asynchronous: the uAgent POSTs a signed reply to the CLI's own /submit.

@@ -62,6 +62,17 @@ pub enum AlmanacError {
     Refused { url: String, status: u16, body: String },
 }
 
+fn refused(url: String, response: &http_client::HttpResponse) -> AlmanacError {
+    AlmanacError::Refused {
+        url,
+        status: response.status,
+        body: String::from_utf8_lossy(&response.body)
+            .chars()
+            .take(256)
+            .collect(),
+    }
+}
+
 /// `{almanac_api}` + `path`, without a doubled slash.
 fn api_url(api: &str, path: &str) -> String {
     format!("{}{path}", api.trim_end_matches('/'))
@@ -95,14 +106,7 @@ pub async fn register(api: &str, attestation: &Value) -> Result<(), AlmanacError
     if (200..300).contains(&response.status) {
         Ok(())
     } else {
-        Err(AlmanacError::Refused {
-            url,
-            status: response.status,
-            body: String::from_utf8_lossy(&response.body)
-                .chars()
-                .take(256)
-                .collect(),
-        })
+        Err(refused(url, &response))
     }
 }
 
@@ -183,14 +187,7 @@ impl Resolver {
         let response =
             http_client::request("GET", &url, &[], Vec::new(), API_TIMEOUT, MAX_ANSWER_BYTES).await?;
         if response.status >= 500 {
-            return Err(AlmanacError::Refused {
-                url,
-                status: response.status,
-                body: String::from_utf8_lossy(&response.body)
-                    .chars()
-                    .take(256)
-                    .collect(),
-            });
+            return Err(refused(url, &response));
         }
         let record = (response.status == 200)
             .then(|| serde_json::from_slice::<Value>(&response.body).ok())
