@@ -134,7 +134,13 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         peer_registration["endpoints"],
         json!([{"url": format!("http://127.0.0.1:{peer_port}/submit"), "weight": 1}])
     );
-    assert!(node.log_text().contains("reply delivered"), "{}", node.log_text());
+    // Logged once the uAgent's 200 is back, which may be after it printed the reply.
+    node.wait_until(
+        "the delivery in the log",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || node.log_text().contains("reply delivered"),
+    );
 
     // `agora-node uagents send --to` finds the uAgent through the same API.
     wait_for_port(peer_port, "the Almanac uAgent");
@@ -222,10 +228,12 @@ fn an_almanac_that_is_down_is_retried_with_backoff_and_never_stops_the_node() {
         registration["endpoints"],
         json!([{"url": "https://node.example.org/submit", "weight": 1}])
     );
-    assert!(
-        node.log_text().contains("registered in the Almanac"),
-        "{}",
-        node.log_text()
+    // Logged once the API's answer is back, which may be after it recorded the registration.
+    node.wait_until(
+        "the success in the log",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || node.log_text().contains("registered in the Almanac"),
     );
 }
 
