@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::support::{self, TestNode};
 use crate::uagents::{
-    ECHO_PROTOCOL_DIGEST, MESSAGE_DIGEST, MESSAGE_SCHEMA, NODE_SEED, OTHER_SEED, Script, cli_send, echo_node,
-    identity, message_envelope, now_secs, submit, wait_for_port,
+    ECHO_PROTOCOL_DIGEST, MESSAGE_DIGEST, MESSAGE_SCHEMA, NODE_SEED, OTHER_SEED, SENDER_SEED, Script,
+    cli_send, echo_node, identity, message_envelope, now_secs, submit, wait_for_port,
 };
 
 const PEER_SEED: &str = "uagents-almanac-peer-seed-v1";
@@ -190,6 +190,20 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         trap.accept().is_err(),
         "the node connected to a disallowed endpoint"
     );
+
+    // A sender the Almanac does not know is looked up once; the miss is remembered.
+    let stranger = identity(SENDER_SEED);
+    for text in ["first", "second"] {
+        let sent = submit(&node, &message_envelope(&stranger, &node_address, text), false);
+        assert_eq!(sent.status, 200, "{}", sent.body);
+    }
+    node.wait_until(
+        "both replies dropped",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || node.log_text().matches("not registered in the Almanac").count() >= 2,
+    );
+    assert_eq!(checks(&api)["lookups"][stranger.address()], 1, "{}", checks(&api));
 }
 
 #[test]

@@ -159,6 +159,9 @@ struct Entry {
 pub struct Resolver {
     api: String,
     cache: Mutex<HashMap<String, Entry>>,
+    /// One lookup per address at a time: envelopes from one unknown sender that
+    /// arrive together wait for the first one's answer instead of each asking.
+    in_flight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Resolver {
@@ -166,20 +169,44 @@ impl Resolver {
         Resolver {
             api: api.to_string(),
             cache: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
     /// The endpoints registered for `address`, best weight first; empty when it
     /// has none. A network failure is an error and is not cached.
     pub async fn resolve(&self, address: &str) -> Result<Vec<String>, AlmanacError> {
-        let now = Instant::now();
-        if let Some(entry) = self.cache.lock().get(address).filter(|e| e.until > now) {
-            return Ok(entry.endpoints.clone());
+        if let Some(endpoints) = self.cached_endpoints(address) {
+            return Ok(endpoints);
         }
-        let (endpoints, ttl) = self.lookup(address).await?;
-        tracing::debug!(transport = "uagents", %address, ?endpoints, ttl_secs = ttl.as_secs(), "resolved through the Almanac");
-        self.remember(address, endpoints.clone(), Instant::now() + ttl);
-        Ok(endpoints)
+        let gate = self
+            .in_flight
+            .lock()
+            .entry(address.to_string())
+            .or_default()
+            .clone();
+        let _turn = gate.lock().await;
+        if let Some(endpoints) = self.cached_endpoints(address) {
+            return Ok(endpoints);
+        }
+        let answer = self.lookup(address).await;
+        if let Ok((endpoints, ttl)) = &answer {
+            tracing::debug!(transport = "uagents", %address, ?endpoints, ttl_secs = ttl.as_secs(), "resolved through the Almanac");
+            self.remember(address, endpoints.clone(), Instant::now() + *ttl);
+        }
+        // Only now: whoever waits on the gate, or comes later, finds the cache filled
+        // (or, after a failure, asks again).
+        self.in_flight.lock().remove(address);
+        answer.map(|(endpoints, _)| endpoints)
+    }
+
+    fn cached_endpoints(&self, address: &str) -> Option<Vec<String>> {
+        let now = Instant::now();
+        self.cache
+            .lock()
+            .get(address)
+            .filter(|e| e.until > now)
+            .map(|e| e.endpoints.clone())
     }
 
     async fn lookup(&self, address: &str) -> Result<(Vec<String>, Duration), AlmanacError> {

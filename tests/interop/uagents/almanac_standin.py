@@ -7,7 +7,8 @@ Usage: almanac_standin.py PORT
                           the library's own code; refused (422) unless every check passes.
   GET  /agents/{address}  the accepted record, {address, prefix, endpoints, protocols,
                           expiry}, as AlmanacApiResolver reads it; 404 when none.
-  GET  /checks            what was accepted and refused, for the test to inspect.
+  GET  /checks            what was accepted and refused, and lookups per address, for the
+                          test to inspect.
 Prints {"event": "ready"} once listening.
 """
 
@@ -28,6 +29,7 @@ MAX_SKEW_SECS = 60
 RECORD_LIFE = datetime.timedelta(hours=48)
 
 records: dict[str, dict] = {}
+lookups: dict[str, int] = {}
 accepted: list[dict] = []
 refused: list[dict] = []
 
@@ -90,14 +92,16 @@ async def register(request: web.Request) -> web.Response:
 
 
 async def resolve(request: web.Request) -> web.Response:
-    record = records.get(request.match_info["address"])
+    address = request.match_info["address"]
+    lookups[address] = lookups.get(address, 0) + 1
+    record = records.get(address)
     if record is None:
         return web.json_response({"detail": "Agent not found"}, status=404)
     return web.json_response({k: v for k, v in record.items() if k != "timestamp"})
 
 
 async def checks(_request: web.Request) -> web.Response:
-    return web.json_response({"accepted": accepted, "refused": refused})
+    return web.json_response({"accepted": accepted, "refused": refused, "lookups": lookups})
 
 
 async def ready(_app: web.Application) -> None:
