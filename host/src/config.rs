@@ -294,8 +294,15 @@ pub struct UagentsConfig {
     pub listen: String,
     /// Seed phrase of the node's uAgents identity; empty means a key file under data_dir.
     pub seed: String,
-    /// Endpoint this node advertises in `/agent_info`.
-    pub endpoint: String,
+    /// The URL peers should POST envelopes to (`…/submit`), advertised in `/agent_info`
+    /// and registered in the Almanac; empty: `http://{listen}/submit`. `endpoint` is its
+    /// older name, still read. Not in the embedded defaults, so that either name can be
+    /// set by a file or the environment without the other clashing with a default.
+    #[serde(default, alias = "endpoint")]
+    pub public_endpoint: String,
+    /// Base URL of an Almanac API (uagents' `almanac_api`, e.g.
+    /// `https://agentverse.ai/v1/almanac`); empty: no registration, no lookups.
+    pub almanac_api: String,
     /// agent1… address → `http://…/submit` for asynchronous replies.
     pub peers: BTreeMap<String, String>,
     /// Least time a replay entry is kept; an envelope's entry is kept until its `expires` plus this.
@@ -509,6 +516,14 @@ impl Config {
                 ));
             }
         }
+        for (key, url) in [
+            ("uagents.public_endpoint", &self.uagents.public_endpoint),
+            ("uagents.almanac_api", &self.uagents.almanac_api),
+        ] {
+            if !url.is_empty() && !is_http_url(url) {
+                return Err(invalid(key, format!("{url:?} must be an http(s) URL")));
+            }
+        }
         positive("uagents.replay_window_secs", self.uagents.replay_window_secs)?;
         if crate::vocab::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
@@ -670,6 +685,13 @@ fn check_jwks_url(value: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// An absolute http(s) URL with a host.
+fn is_http_url(text: &str) -> bool {
+    url::Url::parse(text).is_ok_and(|url| {
+        matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty())
+    })
+}
+
 fn positive(key: &'static str, value: u64) -> Result<(), ConfigError> {
     if value == 0 {
         Err(invalid(key, "must be greater than 0"))
@@ -704,4 +726,40 @@ pub fn parse_listen(key: &'static str, value: &str) -> Result<SocketAddr, Config
     value
         .parse()
         .map_err(|_| invalid(key, format!("{value:?} is not an address like 127.0.0.1:8080")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(toml: &str) -> Result<Config, ConfigError> {
+        Config::from_figment(Figment::from(Toml::string(DEFAULT_TOML)).merge(Toml::string(toml)))
+    }
+
+    #[test]
+    fn public_endpoint_is_read_under_its_name_and_its_older_one() {
+        assert_eq!(Config::defaults().uagents.public_endpoint, "");
+        let url = "https://agent.example.org/submit";
+        let named = with(&format!("[uagents]\npublic_endpoint = {url:?}")).unwrap();
+        assert_eq!(named.uagents.public_endpoint, url);
+        let older = with(&format!("[uagents]\nendpoint = {url:?}")).unwrap();
+        assert_eq!(older.uagents.public_endpoint, url);
+    }
+
+    #[test]
+    fn almanac_api_and_public_endpoint_must_be_http_urls() {
+        for (key, value) in [
+            ("almanac_api", "ftp://almanac.example.org"),
+            ("almanac_api", "agentverse.ai/v1/almanac"),
+            ("public_endpoint", "127.0.0.1:8000/submit"),
+            ("endpoint", "file:///submit"),
+        ] {
+            let error = with(&format!("[uagents]\n{key} = {value:?}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("must be an http(s) URL"), "{key}: {error}");
+        }
+        let ok = with("[uagents]\nalmanac_api = \"https://agentverse.ai/v1/almanac\"").unwrap();
+        assert_eq!(ok.uagents.almanac_api, "https://agentverse.ai/v1/almanac");
+    }
 }

@@ -4,6 +4,7 @@
 mod support;
 
 mod agora;
+mod almanac;
 mod arena;
 mod crash;
 mod envelopes;

@@ -17,13 +17,14 @@ use crate::support::{self, TestNode};
 
 pub(crate) const SENDER_SEED: &str = "uagents-interop-sender-seed-v1";
 pub(crate) const LISTENER_SEED: &str = "uagents-interop-listener-seed-v1";
-const OTHER_SEED: &str = "uagents-interop-other-seed-v1";
+pub(crate) const OTHER_SEED: &str = "uagents-interop-other-seed-v1";
 pub(crate) const NODE_SEED: &str = "uagents-interop-mock-node-seed-v1";
-const MESSAGE_SCHEMA: &str = r#"{"properties": {"text": {"title": "Text", "type": "string"}}, "required": ["text"], "title": "Message", "type": "object"}"#;
+pub(crate) const MESSAGE_SCHEMA: &str = r#"{"properties": {"text": {"title": "Text", "type": "string"}}, "required": ["text"], "title": "Message", "type": "object"}"#;
 pub(crate) const MESSAGE_DIGEST: &str =
     "model:3968d004abc47bcb38618e96eff911f3d2ee2e335856e39a9aadc90a1e3700f8";
 const ERROR_DIGEST: &str = "model:94cb082f79871c5e80a20637f935d233f0ce11a135d5a3a3c6071e81102a84d5";
-const ECHO_PROTOCOL_DIGEST: &str = "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
+pub(crate) const ECHO_PROTOCOL_DIGEST: &str =
+    "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3";
 
 pub(crate) fn identity(seed: &str) -> AgentIdentity {
     AgentIdentity::from_seed(seed).unwrap()
@@ -412,24 +413,25 @@ pub(crate) fn run_script(args: &[&str], env: &[(&str, &str)], limit: Duration) -
     lines
 }
 
-/// A real uAgent running `echo_agent.py`, killed when dropped.
-pub(crate) struct EchoAgent {
+/// A Python script from `tests/interop/uagents/` running in the venv, its JSON
+/// stdout lines collected as they come; killed when dropped.
+pub(crate) struct Script {
     child: Child,
-    port: u16,
     lines: Arc<Mutex<Vec<Value>>>,
 }
 
-impl EchoAgent {
-    fn start(seed: &str, peers: &Value) -> EchoAgent {
-        let port = support::free_port();
-        let mut child = Command::new(python())
-            .args(["echo_agent.py", seed, &port.to_string()])
+impl Script {
+    pub(crate) fn start(args: &[&str], env: &[(&str, &str)]) -> Script {
+        let mut command = Command::new(python());
+        command
+            .args(args)
             .current_dir(scripts())
-            .env("UAGENTS_PEERS", peers.to_string())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the echo uAgent");
+            .stderr(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("starting a Python script");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         let stdout = child.stdout.take().unwrap();
@@ -440,13 +442,68 @@ impl EchoAgent {
                 }
             }
         });
-        let agent = EchoAgent { child, port, lines };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the echo uAgent did not start");
-            std::thread::sleep(Duration::from_millis(100));
+        Script { child, lines }
+    }
+
+    /// The lines whose `event` is `event`.
+    pub(crate) fn events(&self, event: &str) -> Vec<Value> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l["event"] == event)
+            .cloned()
+            .collect()
+    }
+
+    /// The first `event` line, waiting up to `patience` for it (panics with all lines).
+    pub(crate) fn wait_for(&self, event: &str, patience: Duration) -> Value {
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(line) = self.events(event).into_iter().next() {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{event:?} not seen; lines: {:?}",
+                self.lines.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
-        agent
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until something accepts connections on 127.0.0.1:`port`.
+pub(crate) fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A real uAgent running `echo_agent.py`.
+pub(crate) struct EchoAgent {
+    script: Script,
+    port: u16,
+}
+
+impl EchoAgent {
+    fn start(seed: &str, peers: &Value) -> EchoAgent {
+        let port = support::free_port();
+        let script = Script::start(
+            &["echo_agent.py", seed, &port.to_string()],
+            &[("UAGENTS_PEERS", &peers.to_string())],
+        );
+        wait_for_port(port, "the echo uAgent");
+        EchoAgent { script, port }
     }
 
     fn url(&self) -> String {
@@ -468,21 +525,27 @@ impl EchoAgent {
     }
 
     fn received(&self) -> Vec<Value> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l["event"] == "received")
-            .cloned()
-            .collect()
+        self.script.events("received")
     }
 }
 
-impl Drop for EchoAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `agora-node uagents send ARGS --schema SCHEMA --timeout 20`: its JSON output.
+pub(crate) fn cli_send(args: &[&str], schema: &std::path::Path, env: &[(&str, &str)]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
+        .args(["uagents", "send"])
+        .args(args)
+        .arg("--schema")
+        .arg(schema)
+        .args(["--timeout", "20"])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Value>(&output.stdout).unwrap()
 }
 
 pub(crate) fn peer_env(address: &str, url: &str) -> (String, String) {
@@ -653,24 +716,19 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
     let schema = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(schema.path(), MESSAGE_SCHEMA).unwrap();
     let listener_address = identity(LISTENER_SEED).address().to_string();
+    let endpoint = agent.url();
     let send = |text: &str, extra: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
-            .args(["uagents", "send", "--to", &listener_address])
-            .args(["--endpoint", &agent.url()])
-            .arg("--schema")
-            .arg(schema.path())
-            .args(["--json", &json!({ "text": text }).to_string()])
-            .args(["--timeout", "20"])
-            .args(extra)
-            .env("AGORA_CLI_UAGENTS_SEED", SENDER_SEED)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+        let message = json!({ "text": text }).to_string();
+        let mut args = vec![
+            "--to",
+            &listener_address,
+            "--endpoint",
+            &endpoint,
+            "--json",
+            &message,
+        ];
+        args.extend_from_slice(extra);
+        cli_send(&args, schema.path(), &[("AGORA_CLI_UAGENTS_SEED", SENDER_SEED)])
     };
 
     // Asynchronous: the uAgent POSTs a signed reply to the CLI's own /submit.

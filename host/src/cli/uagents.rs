@@ -2,7 +2,8 @@
 //! (`uagents-exchange.txt`): sign a message envelope with a uAgents identity,
 //! POST it to an agent's `/submit`, and verify the reply — from the HTTP
 //! body with `--sync`, or, with `--listen`, as an asynchronous envelope the
-//! agent POSTs back to this command's own `/submit`.
+//! agent POSTs back to this command's own `/submit`. The agent's endpoint is
+//! given, or looked up in an Almanac API (`--almanac-api`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope};
+use crate::peers::almanac::Resolver;
 use crate::store::now_ms;
 use crate::transports::uagents::client::{self, Delivered};
 
@@ -29,9 +31,13 @@ pub enum Command {
         /// The agent's address (agent1…).
         #[arg(long)]
         to: String,
-        /// The agent's endpoint, e.g. http://127.0.0.1:8000/submit.
-        #[arg(long)]
-        endpoint: String,
+        /// The agent's endpoint, e.g. http://127.0.0.1:8000/submit; without it,
+        /// the endpoint is looked up in --almanac-api.
+        #[arg(long, required_unless_present = "almanac_api")]
+        endpoint: Option<String>,
+        /// An Almanac API (e.g. https://agentverse.ai/v1/almanac) to resolve --to through.
+        #[arg(long, env = "AGORA_CLI_UAGENTS_ALMANAC_API")]
+        almanac_api: Option<String>,
         /// The message model's JSON schema (pydantic v1 `Model.schema_json()`); its digest names the model.
         #[arg(long)]
         schema: PathBuf,
@@ -69,6 +75,7 @@ pub async fn run(command: Command) -> Result<(), String> {
         Command::Send {
             to,
             endpoint,
+            almanac_api,
             schema,
             json,
             sync,
@@ -84,6 +91,11 @@ pub async fn run(command: Command) -> Result<(), String> {
             let message: Value =
                 serde_json::from_str(&json).map_err(|e| format!("--json is not JSON: {e}"))?;
             ucrypto::decode_address(&to).map_err(|e| format!("--to: {e}"))?;
+            let endpoint = match (endpoint, almanac_api) {
+                (Some(endpoint), _) => endpoint,
+                (None, Some(api)) => resolve(&api, &to).await?,
+                (None, None) => return Err("give --endpoint or --almanac-api".into()),
+            };
             let mut envelope = Envelope {
                 version: 1,
                 sender: identity.address().to_string(),
@@ -124,6 +136,19 @@ pub async fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// The endpoint `address` registered in the Almanac API `api` (its best weight).
+/// The operator asked for this agent by name, so any http(s) endpoint is used.
+async fn resolve(api: &str, address: &str) -> Result<String, String> {
+    let endpoints = Resolver::new(api)
+        .resolve(address)
+        .await
+        .map_err(|e| format!("resolving {address} through {api}: {e}"))?;
+    endpoints
+        .into_iter()
+        .find(|url| url.starts_with("http://") || url.starts_with("https://"))
+        .ok_or_else(|| format!("{address} has no http(s) endpoint registered in {api}"))
 }
 
 fn identity(seed: Option<&str>) -> Result<AgentIdentity, String> {

@@ -15,11 +15,24 @@ use serde_json::Value;
 
 pub fn dumps_sorted(value: &Value) -> String {
     let mut out = String::new();
-    write_value(&mut out, value);
+    write_value(&mut out, value, DEFAULT);
     out
 }
 
-fn write_value(out: &mut String, value: &Value) {
+/// `json.dumps(value, sort_keys=True, separators=(",", ":"))`: what uagents
+/// signs Almanac registrations over (`VerifiableModel._build_digest`).
+pub fn dumps_sorted_compact(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value, COMPACT);
+    out
+}
+
+/// Item and key separators.
+type Separators = (&'static str, &'static str);
+const DEFAULT: Separators = (", ", ": ");
+const COMPACT: Separators = (",", ":");
+
+fn write_value(out: &mut String, value: &Value, separators: Separators) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -29,9 +42,9 @@ fn write_value(out: &mut String, value: &Value) {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(separators.0);
                 }
-                write_value(out, item);
+                write_value(out, item, separators);
             }
             out.push(']');
         }
@@ -41,11 +54,11 @@ fn write_value(out: &mut String, value: &Value) {
             out.push('{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(separators.0);
                 }
                 write_string(out, key);
-                out.push_str(": ");
-                write_value(out, &map[key]);
+                out.push_str(separators.1);
+                write_value(out, &map[key], separators);
             }
             out.push('}');
         }

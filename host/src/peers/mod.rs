@@ -11,9 +11,11 @@
 //! - [`agora`]: Agora two-party JSON exchanges (`agora-node agora`).
 //! - [`envelopes`]: signed Agora envelopes (`agora-node envelope`).
 //! - [`uagents`]: uAgents envelopes to a peer's `/submit`.
+//! - [`almanac`]: registering in and resolving through a uAgents Almanac API.
 //! - [`outbound`]: a plugin's outbound call, checked against `outbound.allowed_hosts`.
 
 pub mod agora;
+pub mod almanac;
 pub mod envelopes;
 pub mod http_client;
 pub mod outbound;

@@ -30,12 +30,16 @@
 //!   uAgent answers a message that does not fit its model.
 //! - `x-uagents-connection: sync`: the HTTP body is the signed reply envelope
 //!   (sender and target swapped, same session). Otherwise the reply is a new
-//!   signed envelope POSTed to the sender's endpoint from `uagents.peers`,
-//!   with `uagents.delivery_retries` bounded retries (no Almanac lookups). Its
+//!   signed envelope POSTed to the sender's endpoint from `uagents.peers`, or
+//!   resolved through `uagents.almanac_api` (and then only to hosts in
+//!   `outbound.allowed_hosts`), with `uagents.delivery_retries` bounded retries. Its
 //!   delivery slot (`uagents.max_pending_replies`) is taken before the replay
 //!   entry is recorded: when none is free the envelope is refused (503) and may
 //!   be sent again, rather than accepted and its reply dropped.
 //! - A generated seed is kept in `{data_dir}/uagents.seed`, mode 0600.
+//! - With `uagents.almanac_api` set, the node keeps itself registered there
+//!   ([`crate::peers::almanac`]): address, `uagents.public_endpoint`, and the
+//!   protocol digests of its plugins, again when those change.
 //! - `HEAD /submit` answers uagents' readiness probe headers; `GET /agent_info`
 //!   describes the node like a uAgent (address, endpoints, protocol digests).
 //!
@@ -73,6 +77,7 @@ use self::wire::{
 use crate::config::Config;
 use crate::crypto::uagents::Envelope;
 use crate::node::state::NodeState;
+use crate::peers::{almanac, http_client};
 use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
 use crate::store::Collection;
 
@@ -91,6 +96,17 @@ pub fn router(state: NodeState) -> Router {
         }
     };
     let deliveries = Arc::new(Semaphore::new(state.config.uagents.max_pending_replies));
+    let api = &state.config.uagents.almanac_api;
+    let almanac = (!api.is_empty()).then(|| Arc::new(almanac::Resolver::new(api)));
+    if let (false, Some(identity)) = (api.is_empty(), &identity) {
+        let node = state.clone();
+        almanac::spawn_registration(
+            api.clone(),
+            identity.clone(),
+            advertised_endpoint(&state.config),
+            move || protocol_digests(&node),
+        );
+    }
     Router::new()
         .route("/submit", post(submit).head(readiness).get(running))
         .route("/agent_info", get(agent_info))
@@ -98,6 +114,7 @@ pub fn router(state: NodeState) -> Router {
             node: state,
             identity,
             deliveries,
+            almanac,
         })
 }
 
@@ -143,7 +160,8 @@ async fn submit(
     let message = envelope.decode_payload().map_err(SubmitError::BadPayload)?;
     // An asynchronous reply's slot is taken before the replay entry: an envelope
     // refused for want of one was never recorded and can be sent again.
-    let delivery = if sync || !state.node.config.uagents.peers.contains_key(&envelope.sender) {
+    let reachable = state.almanac.is_some() || state.node.config.uagents.peers.contains_key(&envelope.sender);
+    let delivery = if sync || !reachable {
         None
     } else {
         Some(
@@ -209,11 +227,16 @@ async fn submit(
     Ok(empty_ok())
 }
 
-/// Deliver an asynchronous reply in the background to the sender's configured endpoint,
-/// holding the delivery slot taken when the envelope was accepted.
+/// Deliver an asynchronous reply in the background, holding the delivery slot taken
+/// when the envelope was accepted: to the sender's endpoint in `uagents.peers`, else
+/// to the first one the Almanac gives that `outbound.allowed_hosts` allows (endpoints
+/// are what the sender registered: without that check, anyone could make the node
+/// POST to any address it can reach).
 fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<OwnedSemaphorePermit>) {
-    let config = &state.node.config;
-    let (Some(url), Some(permit)) = (config.uagents.peers.get(&envelope.target).cloned(), permit) else {
+    let config = state.node.config.clone();
+    let configured = config.uagents.peers.get(&envelope.target).cloned();
+    let almanac = state.almanac.clone();
+    let Some(permit) = permit.filter(|_| configured.is_some() || almanac.is_some()) else {
         tracing::warn!(transport = "uagents", target = %envelope.target, "no endpoint for this sender in uagents.peers; reply dropped");
         return;
     };
@@ -221,6 +244,17 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<Owned
     let timeout = Duration::from_millis(config.outbound.timeout_ms);
     tokio::spawn(async move {
         let _permit = permit;
+        let url = match (configured, almanac) {
+            (Some(url), _) => url,
+            (None, Some(almanac)) => match resolved_endpoint(&almanac, &envelope.target, &config).await {
+                Ok(url) => url,
+                Err(reason) => {
+                    tracing::warn!(transport = "uagents", target = %envelope.target, %reason, "reply dropped");
+                    return;
+                }
+            },
+            (None, None) => return,
+        };
         match client::deliver_with_retries(&url, &envelope, retries, timeout).await {
             Ok(()) => {
                 tracing::info!(transport = "uagents", target = %envelope.target, %url, session = %envelope.session, "reply delivered")
@@ -230,6 +264,29 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<Owned
             }
         }
     });
+}
+
+/// The first endpoint the Almanac has for `address` that `outbound.allowed_hosts` allows.
+pub async fn resolved_endpoint(
+    almanac: &almanac::Resolver,
+    address: &str,
+    config: &Config,
+) -> Result<String, String> {
+    let endpoints = almanac
+        .resolve(address)
+        .await
+        .map_err(|e| format!("Almanac lookup failed: {e}"))?;
+    if endpoints.is_empty() {
+        return Err("not registered in the Almanac".into());
+    }
+    let mut refusals = Vec::new();
+    for url in endpoints {
+        match http_client::check_allowed(&url, &config.outbound.allowed_hosts) {
+            Ok(_) => return Ok(url),
+            Err(error) => refusals.push(error.to_string()),
+        }
+    }
+    Err(format!("no Almanac endpoint is allowed: {}", refusals.join("; ")))
 }
 
 /// uagents' readiness probe: `x-uagents-status` for the address asked about.
@@ -256,10 +313,10 @@ async fn running() -> Response {
     axum::Json(json!({"status": "OK - Agent is running"})).into_response()
 }
 
-/// The endpoint the node advertises: `uagents.endpoint`, else its own listener.
+/// The endpoint the node advertises: `uagents.public_endpoint`, else its own listener.
 fn advertised_endpoint(config: &Config) -> String {
-    if !config.uagents.endpoint.is_empty() {
-        return config.uagents.endpoint.clone();
+    if !config.uagents.public_endpoint.is_empty() {
+        return config.uagents.public_endpoint.clone();
     }
     let listen = if config.uagents.listen.is_empty() {
         &config.listen
@@ -269,12 +326,9 @@ fn advertised_endpoint(config: &Config) -> String {
     format!("http://{listen}/submit")
 }
 
-async fn agent_info(State(state): State<UagentsState>) -> Response {
-    let Some(identity) = &state.identity else {
-        return SubmitError::Internal("the node has no uAgents identity".into()).into_response();
-    };
-    let config = &state.node.config;
-    let registry = state.node.runtime.registry();
+/// The protocol digests of the loaded plugins that declare uAgents models, sorted.
+fn protocol_digests(node: &NodeState) -> Vec<String> {
+    let registry = node.runtime.registry();
     let mut protocols: Vec<String> = registry
         .plugins()
         .filter(|p| !p.manifest.models.is_empty())
@@ -282,6 +336,15 @@ async fn agent_info(State(state): State<UagentsState>) -> Response {
         .collect();
     protocols.sort();
     protocols.dedup();
+    protocols
+}
+
+async fn agent_info(State(state): State<UagentsState>) -> Response {
+    let Some(identity) = &state.identity else {
+        return SubmitError::Internal("the node has no uAgents identity".into()).into_response();
+    };
+    let config = &state.node.config;
+    let protocols = protocol_digests(&state.node);
     let listen = if config.uagents.listen.is_empty() {
         &config.listen
     } else {

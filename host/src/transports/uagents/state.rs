@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::crypto::identity::{create_secret_file, read_secret_file};
 use crate::crypto::uagents::{AgentIdentity, Envelope};
 use crate::node::state::NodeState;
+use crate::peers::almanac::Resolver;
 use crate::store::{Collection, Store};
 
 /// Where older versions kept a generated seed (in the store); moved to [`SEED_FILE`].
@@ -25,6 +26,8 @@ pub(super) struct UagentsState {
     pub(super) node: NodeState,
     pub(super) identity: Option<Arc<AgentIdentity>>,
     pub(super) deliveries: Arc<Semaphore>,
+    /// Endpoints of senders not in `uagents.peers`, when `uagents.almanac_api` is set.
+    pub(super) almanac: Option<Arc<Resolver>>,
 }
 
 /// The node's uAgents identity: from `uagents.seed`, else from a random seed
