@@ -8,6 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use crate::envelopes::{self, Agent};
+use crate::hostile_signed::primes_request;
 use crate::support::{self, TestNode, get, get_with_headers, post};
 
 const PLUGIN: &str = "unit-converter";
@@ -173,6 +175,20 @@ fn health_says_starting_with_progress_while_a_plugin_compiles_then_ok() {
         "the node serves meanwhile"
     );
 
+    // A request needing a plugin that may be the one still compiling: "try again", not "unknown".
+    let no_protocol = post(
+        &node.url("/agora"),
+        "application/json",
+        br#"{"protocolHash": null, "body": "what is 1 + 1"}"#,
+    );
+    assert_eq!(no_protocol.status, 503, "{}", no_protocol.body);
+    assert_eq!(no_protocol.header("retry-after"), Some("1"));
+    let alice = Agent::new();
+    let (did, _) = envelopes::hello(&node, &alice);
+    let request = primes_request(&alice, serde_json::json!({"limit": 10}));
+    let reply = envelopes::send(&node, &request, &did);
+    reply.assert_error(503, "a resource while plugins load");
+
     // Open and close the other end: the node reads an empty entry and compiles.
     drop(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());
     let ready = node.wait_for_health_within("the start-up load", Duration::from_secs(240), |health| {
@@ -183,6 +199,21 @@ fn health_says_starting_with_progress_while_a_plugin_compiles_then_ok() {
     assert_eq!(ready["counts"]["compiling"], 0, "{ready}");
     assert_eq!(ready["plugins"][0]["state"], "loaded", "{ready}");
     assert!(support::has_plugin(&ready, PLUGIN));
+
+    // Once loaded, what no plugin serves is unknown in each protocol's own way.
+    let reply = envelopes::send(
+        &node,
+        &primes_request(&alice, serde_json::json!({"limit": 10})),
+        &did,
+    );
+    reply.assert_error(404, "a resource nobody serves");
+    let no_protocol = post(
+        &node.url("/agora"),
+        "application/json",
+        br#"{"protocolHash": null, "body": "what is 1 + 1"}"#,
+    );
+    assert_eq!(no_protocol.status, 200, "{}", no_protocol.body);
+    assert_eq!(no_protocol.json()["status"], "failure", "{}", no_protocol.body);
 
     let log = node.log_text();
     assert!(log.contains("compiling plugin"), "{log}");
