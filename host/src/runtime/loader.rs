@@ -82,7 +82,14 @@ impl Runtime {
             return;
         }
         let started = Instant::now();
-        match self.load(file).await {
+        // Shown as `compiling` from the read to the swap, manifest included.
+        {
+            let mut progress = self.inner.progress.write();
+            progress.pending.remove(file);
+            progress.compiling.insert(file.to_path_buf());
+        }
+        let loaded = self.load(file).await;
+        match loaded {
             Ok(Some(plugin)) => {
                 tracing::info!(
                     plugin = %plugin.manifest.name,
@@ -115,6 +122,8 @@ impl Runtime {
                     .insert(file.to_path_buf(), error.to_string());
             }
         }
+        // Only now: the file is never missing from the status in between.
+        self.inner.progress.write().compiling.remove(file);
     }
 
     fn unload(&self, file: &Path) {
@@ -271,14 +280,12 @@ impl Runtime {
         Ok(Some(plugin))
     }
 
-    /// Compile (or load from the cache) and pre-link, with the file shown as
-    /// `compiling` meanwhile and a log line at each end.
+    /// Compile (or load from the cache) and pre-link, with a log line at each end.
     async fn compile(
         &self,
         file: &Path,
         bytes: Vec<u8>,
     ) -> Result<PluginPre<instance::PluginState>, LoadError> {
-        self.inner.progress.write().compiling.insert(file.to_path_buf());
         tracing::info!(file = %file.display(), bytes = bytes.len(), "compiling plugin");
         let started = Instant::now();
         let inner = self.inner.clone();
@@ -291,7 +298,6 @@ impl Runtime {
             ))
         })
         .await;
-        self.inner.progress.write().compiling.remove(file);
         let elapsed_ms = started.elapsed().as_millis() as u64;
         let compile_error = |message: String| LoadError::Compile {
             path: file.into(),
