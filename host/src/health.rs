@@ -1,6 +1,10 @@
 //! `GET /health` (overall status and every plugin file with its routes or its
 //! load error) and `GET /metrics` (Prometheus text).
 //!
+//! The status is `starting` while the start-up load compiles (each plugin file
+//! `pending`, `compiling`, `loaded` or `failed`, with counts), then `ok`, or
+//! `degraded` when a plugin file failed to load.
+//!
 //! `/health` is public on an open port, so it names plugin files by their
 //! file name only and strips the node's folders from load errors: where the
 //! node keeps its data is nobody's business but the operator's, who has the
@@ -14,7 +18,7 @@ use axum::routing::get;
 use serde_json::json;
 
 use crate::node::state::NodeState;
-use crate::runtime::PluginStatus;
+use crate::runtime::{LoadState, PluginStatus};
 
 pub fn router(state: NodeState) -> Router {
     Router::new()
@@ -32,10 +36,24 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
         .map(|status| public_status(status, &folders))
         .collect();
     let degraded = plugins.iter().any(|p| p.error.is_some());
+    let status = if state.runtime.is_starting() {
+        "starting"
+    } else if degraded {
+        "degraded"
+    } else {
+        "ok"
+    };
+    let count = |state| plugins.iter().filter(|p| p.state == state).count();
     axum::Json(json!({
-        "status": if degraded { "degraded" } else { "ok" },
+        "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
+        "counts": {
+            "pending": count(LoadState::Pending),
+            "compiling": count(LoadState::Compiling),
+            "loaded": count(LoadState::Loaded),
+            "failed": count(LoadState::Failed),
+        },
         "plugins": plugins,
     }))
 }
@@ -97,6 +115,7 @@ mod tests {
         let status = public_status(
             PluginStatus {
                 file: "/srv/node/data/plugins/echo.wasm".into(),
+                state: LoadState::Failed,
                 name: None,
                 version: None,
                 routes: Vec::new(),

@@ -1,6 +1,11 @@
 //! Prometheus metrics served at `GET /metrics`: plugin calls by transport,
 //! plugin and outcome, their latency, reloads, traps and dropped events, and
-//! the listeners' open and refused connections.
+//! the listeners' open and refused connections, and HTTP requests by route
+//! template, method and status.
+//!
+//! Every label value comes from a bounded set: routes are the templates the
+//! node mounts (or `unmatched`), never a raw path a client chose; methods are
+//! the standard ones (or `other`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +55,33 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub route: String,
+    pub method: &'static str,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpRouteLabels {
+    pub route: String,
+    pub method: &'static str,
+}
+
+/// The route label of a request no route matched.
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// A request method as a label: the standard ones as themselves, anything else `other`.
+pub fn method_label(method: &str) -> &'static str {
+    const STANDARD: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    STANDARD
+        .into_iter()
+        .find(|standard| *standard == method)
+        .unwrap_or("other")
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -61,6 +93,8 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub connections_refused: Family<ReasonLabels, Counter>,
     pub bodies_refused: Family<ReasonLabels, Counter>,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: Family<HttpRouteLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -114,8 +148,24 @@ impl Metrics {
             "Request bodies refused by size before a handler read them",
             bodies_refused.clone(),
         );
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        let http_duration = Family::<HttpRouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_1, 2.0, 18))
+        });
+        registry.register(
+            "http_requests",
+            "HTTP requests by route template, method and status, refusals by the node's own layers included",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from a request's arrival to its response head, by route template and method",
+            http_duration.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            http_requests,
+            http_duration,
             connections_open,
             connections_refused,
             bodies_refused,
@@ -160,10 +210,51 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// Count one HTTP request. `route` is the matched template or [`UNMATCHED_ROUTE`].
+    pub fn observe_http(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
+        let method = method_label(method);
+        self.http_requests
+            .get_or_create(&HttpLabels {
+                route: route.into(),
+                method,
+                status,
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&HttpRouteLabels {
+                route: route.into(),
+                method,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut text = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_labels_are_bounded() {
+        assert_eq!(method_label("GET"), "GET");
+        assert_eq!(method_label("get"), "other");
+        assert_eq!(method_label("BREW"), "other");
+        let metrics = Metrics::new();
+        metrics.observe_http("/agora", "BREW", 405, Duration::from_millis(3));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"agora_http_requests_total{route="/agora",method="other",status="405"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"agora_http_request_duration_seconds_count{route="/agora",method="other"} 1"#),
+            "{text}"
+        );
     }
 }

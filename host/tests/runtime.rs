@@ -167,6 +167,43 @@ async fn a_loaded_plugin_answers_a_call_and_shows_in_status() {
 }
 
 #[tokio::test]
+async fn the_start_up_load_shows_each_file_pending_then_loaded_or_failed() {
+    let test = TestRuntime::new(|_| {});
+    test.install("unit-converter", &plugin_bytes("unit-converter"));
+    test.install("junk", b"\0asm not really");
+    assert!(!test.runtime.is_starting());
+    assert!(test.runtime.not_found_yet().is_ok());
+
+    // The folder is listed when the load is asked for; nothing compiles until it is awaited.
+    let load = test.runtime.load_all();
+    assert!(test.runtime.is_starting());
+    assert!(matches!(
+        test.runtime.not_found_yet(),
+        Err(InvokeError::Overloaded)
+    ));
+    let status = test.status();
+    let states: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|plugin| plugin["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["pending", "pending"], "{status}");
+
+    load.await;
+    assert!(!test.runtime.is_starting());
+    assert!(test.runtime.not_found_yet().is_ok());
+    let status = test.status();
+    assert_eq!(
+        status[0]["file"].as_str().unwrap_or_default().rsplit('/').next(),
+        Some("junk.wasm")
+    );
+    assert_eq!(status[0]["state"], "failed", "{status}");
+    assert_eq!(status[1]["state"], "loaded", "{status}");
+    assert_eq!(status[1]["name"], "unit-converter", "{status}");
+}
+
+#[tokio::test]
 async fn a_file_that_is_not_a_component_is_refused_with_its_error_in_status() {
     let test = TestRuntime::new(|_| {});
     test.install("junk", b"\0asm not really");

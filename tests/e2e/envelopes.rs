@@ -631,6 +631,49 @@ fn allow_list_and_per_sender_rate_limit() {
     );
 }
 
+#[test]
+fn a_burst_over_the_rate_is_refused_with_the_limiters_retry_after() {
+    // Two a minute: a burst of two, then one token every 30 s.
+    let node = start(TestNode::builder().env("AGORA_ENVELOPES__RATE_LIMIT_PER_MINUTE", "2"));
+    let alice = Agent::new();
+    let (did, _) = hello(&node, &alice);
+    assert_eq!(
+        send(&node, &alice.envelope("HELLO", json!({})), &did).kind(),
+        "WELCOME"
+    );
+    let envelope = alice.envelope("HELLO", json!({}));
+    let refused = support::post(
+        &node.url("/envelopes"),
+        "application/json",
+        envelope.to_string().as_bytes(),
+    );
+    let reply = Reply {
+        status: refused.status,
+        envelope: verify_reply(refused.body.as_bytes(), Some(&did)),
+    };
+    reply.assert_error(429, "the third of a burst of two");
+    let retry_after: u64 = refused
+        .header("retry-after")
+        .expect("a Retry-After header")
+        .parse()
+        .expect("whole seconds");
+    assert!((1..=30).contains(&retry_after), "Retry-After {retry_after}");
+    let message = reply.payload()["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("try again in {retry_after} s")),
+        "the header is the limiter's wait: {message}"
+    );
+    // Successful replies carry no Retry-After.
+    let bob = Agent::new();
+    let welcome = support::post(
+        &node.url("/envelopes"),
+        "application/json",
+        bob.envelope("HELLO", json!({})).to_string().as_bytes(),
+    );
+    assert_eq!(welcome.status, 200);
+    assert_eq!(welcome.header("retry-after"), None);
+}
+
 pub(crate) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 

@@ -209,26 +209,7 @@ pub(crate) fn history(node: &TestNode, session: &str, secret: &str) -> Value {
 
 /// A GET with request headers, over a real socket.
 pub(crate) fn get_with(url: &str, headers: &[(&str, &str)]) -> HttpReply {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
-    let mut request = agent.get(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let mut response = request.call().expect("HTTP request failed");
-    HttpReply {
-        status: response.status().as_u16(),
-        content_type: response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string(),
-        body: response.body_mut().read_to_string().unwrap_or_default(),
-    }
+    crate::support::get_with_headers(url, headers)
 }
 
 /// A WebSocket request for `path` on the node with extra headers (Origin, Authorization…).

@@ -414,7 +414,7 @@ fn config_layers_apply_in_order_file_env_flag() {
         .arg(file_arg)
         .arg("--listen")
         .arg(&format!("127.0.0.1:{flag_port}"))
-        .port(env_port)
+        .port(flag_port)
         .start_with_file_listen();
     assert_eq!(
         support::get(&format!("http://127.0.0.1:{flag_port}/from-file/wellknown")).status,

@@ -14,6 +14,7 @@ mod hostile_edge;
 mod hostile_hai;
 mod hostile_runtime;
 mod hostile_signed;
+mod observability;
 mod open_port;
 mod scripting;
 mod scripting_tools;

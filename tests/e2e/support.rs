@@ -107,6 +107,7 @@ pub struct NodeBuilder {
     port: Option<u16>,
     listen_from_env: bool,
     dev: bool,
+    wait_for_plugins: bool,
 }
 
 impl NodeBuilder {
@@ -141,6 +142,13 @@ impl NodeBuilder {
         self.start()
     }
 
+    /// Start and return once the node listens, without waiting for its
+    /// start-up plugin load (`/health` may still say "starting").
+    pub fn start_listening(mut self) -> TestNode {
+        self.wait_for_plugins = false;
+        self.start()
+    }
+
     /// Start `agora-node dev` instead of `serve`.
     pub fn start_dev(mut self) -> TestNode {
         self.dev = true;
@@ -148,6 +156,7 @@ impl NodeBuilder {
     }
 
     pub fn start(self) -> TestNode {
+        let wait_for_plugins = self.wait_for_plugins;
         let (temp, data_dir) = match self.data_dir {
             Some(dir) => (None, dir),
             None => {
@@ -212,11 +221,19 @@ impl NodeBuilder {
             log,
             _temp: temp,
         };
-        // A node listens once its plugins are compiled; a cold compile of a 12-18 MB
-        // Python or JS component took over 60 s on a 2-core machine loaded by parallel
-        // builds. This is a liveness deadline, not a speed target.
-        if ready_rx.recv_timeout(Duration::from_secs(240)).is_err() {
-            panic!("agora-node did not become ready; log:\n{}", node.log_text());
+        // A node listens at once and compiles its plugins in the background,
+        // `/health` saying "starting" until every one is loaded or failed; a cold
+        // compile of a 12-18 MB Python or JS component took over 60 s on a 2-core
+        // machine loaded by parallel builds. This is a liveness deadline, not a
+        // speed target.
+        let patience = Duration::from_secs(240);
+        if ready_rx.recv_timeout(patience).is_err() {
+            panic!("agora-node did not start listening; log:\n{}", node.log_text());
+        }
+        if wait_for_plugins {
+            node.wait_for_health_within("the start-up plugin load", patience, |health| {
+                health["status"] != "starting"
+            });
         }
         node
     }
@@ -232,6 +249,7 @@ impl TestNode {
             port: None,
             listen_from_env: true,
             dev: false,
+            wait_for_plugins: true,
         }
     }
 
@@ -265,16 +283,18 @@ impl TestNode {
     ) -> serde_json::Value {
         let deadline = Instant::now() + patience;
         loop {
-            if let Ok(health) = get_json(&self.url("/health")) {
-                if check(&health) {
-                    return health;
-                }
-                if Instant::now() > deadline {
-                    panic!(
-                        "timed out waiting for {what}; health: {health}\nlog:\n{}",
-                        self.log_text()
-                    );
-                }
+            let health = get_json(&self.url("/health"));
+            if let Ok(health) = &health
+                && check(health)
+            {
+                return health.clone();
+            }
+            // Also when /health does not answer at all: a wait that never ends hides the cause.
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; health: {health:?}\nlog:\n{}",
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -403,10 +423,16 @@ pub fn under_load<T>(
 pub struct HttpReply {
     pub status: u16,
     pub content_type: String,
+    pub headers: ureq::http::HeaderMap,
     pub body: String,
 }
 
 impl HttpReply {
+    /// A response header's value, when it is there and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
@@ -434,6 +460,7 @@ fn try_finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let headers = response.headers().clone();
     let body = response
         .body_mut()
         .with_config()
@@ -443,6 +470,7 @@ fn try_finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -
     Ok(HttpReply {
         status,
         content_type,
+        headers,
         body,
     })
 }
@@ -470,6 +498,14 @@ pub fn post_json(url: &str, body: &serde_json::Value) -> HttpReply {
 
 pub fn get(url: &str) -> HttpReply {
     finish(agent().get(url).call())
+}
+
+pub fn get_with_headers(url: &str, headers: &[(&str, &str)]) -> HttpReply {
+    let mut request = agent().get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    finish(request.call())
 }
 
 pub fn delete(url: &str) -> HttpReply {

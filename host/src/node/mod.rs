@@ -5,6 +5,7 @@
 //! [`crate::listener`]). Shutdown (SIGINT, SIGTERM) stops accepting, lets
 //! in-flight requests finish within `http.shutdown_grace_ms`, then flushes the store.
 
+mod observe;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -59,7 +60,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// Open the store, load the plugins, start the watcher and bind every listener.
+    /// Open the store, start loading the plugins in the background, start the
+    /// watcher and bind every listener.
     pub async fn start(config: Config) -> Result<Node, NodeError> {
         let config = Arc::new(config);
         crate::peers::tls::init(&config.tls.ca_file)?;
@@ -78,13 +80,9 @@ impl Node {
         let metrics = Metrics::new();
         let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
-        let started = Instant::now();
-        runtime.load_all().await;
-        tracing::info!(
-            plugins = runtime.registry().plugins().count(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "plugins loaded"
-        );
+        // Compiling can take a minute on a cold cache: the listeners answer
+        // meanwhile, `/health` saying "starting" with each plugin's progress.
+        tokio::spawn(runtime.load_all());
         let watcher = watcher::watch(runtime.clone())?;
         let state = NodeState {
             config: config.clone(),
@@ -169,6 +167,7 @@ impl Node {
                     axum::http::StatusCode::REQUEST_TIMEOUT,
                     Duration::from_millis(config.http.request_timeout_ms),
                 ));
+            let router = observe::layer(router, metrics.clone());
             listeners.push((bound, listener, router));
         }
         Ok(Node {

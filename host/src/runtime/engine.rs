@@ -106,7 +106,12 @@ impl Drop for EpochTicker {
 // The one place the node runs `unsafe`: wasmtime cannot check that precompiled
 // bytes came from a compatible engine, so loading them is the caller's promise.
 #[allow(unsafe_code)]
-pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmtime::Result<Component> {
+/// Compile `bytes`, or load their compiled form from `cache_dir`; `true` with a cache hit.
+pub fn compile_cached(
+    engine: &Engine,
+    cache_dir: &Path,
+    bytes: &[u8],
+) -> wasmtime::Result<(Component, bool)> {
     let path = cache_path(engine, cache_dir, bytes);
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine with the
@@ -120,7 +125,7 @@ pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmti
                     .write(true)
                     .open(&path)
                     .and_then(|file| file.set_modified(SystemTime::now()));
-                return Ok(component);
+                return Ok((component, true));
             }
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "discarding unusable cached plugin")
@@ -140,7 +145,7 @@ pub fn compile_cached(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> wasmti
         }
     }
     // SAFETY: `compiled` was produced just now by `precompile_component` on this engine.
-    unsafe { Component::deserialize(engine, &compiled) }
+    unsafe { Component::deserialize(engine, &compiled) }.map(|component| (component, false))
 }
 
 fn cache_path(engine: &Engine, cache_dir: &Path, bytes: &[u8]) -> PathBuf {
@@ -278,12 +283,18 @@ mod tests {
         let engine = Engine::default();
         // The empty component, `(component)` in the binary format.
         let bytes = b"\0asm\x0d\x00\x01\x00";
-        compile_cached(&engine, dir.path(), bytes).unwrap();
+        assert!(
+            !compile_cached(&engine, dir.path(), bytes).unwrap().1,
+            "a miss first"
+        );
         let path = cache_path(&engine, dir.path(), bytes);
         let file = std::fs::File::options().write(true).open(&path).unwrap();
         let long_ago = SystemTime::now() - Duration::from_secs(3600);
         file.set_modified(long_ago).unwrap();
-        compile_cached(&engine, dir.path(), bytes).unwrap();
+        assert!(
+            compile_cached(&engine, dir.path(), bytes).unwrap().1,
+            "then a hit"
+        );
         assert!(std::fs::metadata(&path).unwrap().modified().unwrap() > long_ago);
     }
 }

@@ -22,10 +22,40 @@ use crate::metrics::OutcomeLabels;
 use crate::store::{Collection, plugin_key};
 
 impl Runtime {
-    /// Load every `.wasm` file in the plugins folder (start-up).
-    pub async fn load_all(&self) {
-        let dir = self.inner.host.config.dir.clone();
-        let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+    /// Load every `.wasm` file in the plugins folder (start-up). The folder is
+    /// listed, and [`Runtime::is_starting`] holds, before this returns; the
+    /// returned future compiles, so a node can serve `/health` meanwhile.
+    pub fn load_all(&self) -> impl Future<Output = ()> + Send + 'static {
+        let files = self.list_plugin_files();
+        {
+            let mut progress = self.inner.progress.write();
+            progress.starting = true;
+            progress.pending = files.iter().cloned().collect();
+        }
+        let runtime = self.clone();
+        async move {
+            let started = Instant::now();
+            for file in &files {
+                runtime.reload(file).await;
+                runtime.inner.progress.write().pending.remove(file);
+            }
+            runtime.end_vanished_installs();
+            runtime.inner.progress.write().starting = false;
+            let statuses = runtime.status();
+            let count = |state| statuses.iter().filter(|s| s.state == state).count();
+            tracing::info!(
+                found = files.len(),
+                loaded = count(super::LoadState::Loaded),
+                failed = count(super::LoadState::Failed),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "start-up plugin load done"
+            );
+        }
+    }
+
+    fn list_plugin_files(&self) -> Vec<PathBuf> {
+        let dir = &self.inner.host.config.dir;
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
             Ok(entries) => entries
                 .filter_map(|e| e.ok())
                 .map(|e| e.path())
@@ -35,14 +65,11 @@ impl Runtime {
                 .collect(),
             Err(error) => {
                 tracing::warn!(dir = %dir.display(), %error, "cannot read the plugins folder");
-                return;
+                Vec::new()
             }
         };
         files.sort();
-        for file in &files {
-            self.reload(file).await;
-        }
-        self.end_vanished_installs();
+        files
     }
 
     /// Bring the plugin at `file` in line with the disk: load a new or changed
@@ -55,7 +82,14 @@ impl Runtime {
             return;
         }
         let started = Instant::now();
-        match self.load(file).await {
+        // Shown as `compiling` from the read to the swap, manifest included.
+        {
+            let mut progress = self.inner.progress.write();
+            progress.pending.remove(file);
+            progress.compiling.insert(file.to_path_buf());
+        }
+        let loaded = self.load(file).await;
+        match loaded {
             Ok(Some(plugin)) => {
                 tracing::info!(
                     plugin = %plugin.manifest.name,
@@ -88,6 +122,8 @@ impl Runtime {
                     .insert(file.to_path_buf(), error.to_string());
             }
         }
+        // Only now: the file is never missing from the status in between.
+        self.inner.progress.write().compiling.remove(file);
     }
 
     fn unload(&self, file: &Path) {
@@ -191,19 +227,7 @@ impl Runtime {
         {
             return Ok(None);
         }
-        let inner = self.inner.clone();
-        let compile_error = |message: String| LoadError::Compile {
-            path: file.into(),
-            message,
-        };
-        let pre =
-            tokio::task::spawn_blocking(move || -> wasmtime::Result<PluginPre<instance::PluginState>> {
-                let component = engine::compile_cached(&inner.engine, &inner.host.config.cache_dir, &bytes)?;
-                PluginPre::new(inner.linker.instantiate_pre(&component)?)
-            })
-            .await
-            .map_err(|e| compile_error(e.to_string()))?
-            .map_err(|e| compile_error(format!("{e:#}")))?;
+        let pre = self.compile(file, bytes).await?;
 
         let raw = self
             .read_manifest(&pre)
@@ -254,6 +278,42 @@ impl Runtime {
         );
         tokio::task::spawn_blocking(move || engine::evict_unused(&cache, &in_use, bound));
         Ok(Some(plugin))
+    }
+
+    /// Compile (or load from the cache) and pre-link, with a log line at each end.
+    async fn compile(
+        &self,
+        file: &Path,
+        bytes: Vec<u8>,
+    ) -> Result<PluginPre<instance::PluginState>, LoadError> {
+        tracing::info!(file = %file.display(), bytes = bytes.len(), "compiling plugin");
+        let started = Instant::now();
+        let inner = self.inner.clone();
+        let compiled = tokio::task::spawn_blocking(move || -> wasmtime::Result<_> {
+            let (component, cache_hit) =
+                engine::compile_cached(&inner.engine, &inner.host.config.cache_dir, &bytes)?;
+            Ok((
+                PluginPre::new(inner.linker.instantiate_pre(&component)?)?,
+                cache_hit,
+            ))
+        })
+        .await;
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let compile_error = |message: String| LoadError::Compile {
+            path: file.into(),
+            message,
+        };
+        match compiled {
+            Ok(Ok((pre, cache_hit))) => {
+                tracing::info!(file = %file.display(), elapsed_ms, cache = if cache_hit { "hit" } else { "miss" }, "plugin compiled");
+                Ok(pre)
+            }
+            Ok(Err(error)) => {
+                tracing::info!(file = %file.display(), elapsed_ms, "plugin did not compile");
+                Err(compile_error(format!("{error:#}")))
+            }
+            Err(error) => Err(compile_error(error.to_string())),
+        }
     }
 
     async fn read_manifest(

@@ -46,7 +46,7 @@ mod tools;
 mod warm;
 pub mod watcher;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -87,6 +87,8 @@ pub struct RuntimeInner {
     linker: Linker<instance::PluginState>,
     registry: RwLock<Arc<Registry>>,
     load_errors: RwLock<BTreeMap<PathBuf, String>>,
+    /// The start-up load, while it runs: what is still to compile.
+    progress: RwLock<StartProgress>,
     /// What the host functions of a running call reach; shared with every instance.
     pub(crate) host: Arc<HostEnv>,
     tools: ToolsConfig,
@@ -99,10 +101,30 @@ pub struct Runtime {
     pub(crate) inner: Arc<RuntimeInner>,
 }
 
+/// How far the start-up load ([`Runtime::load_all`]) has come.
+#[derive(Default)]
+struct StartProgress {
+    starting: bool,
+    pending: BTreeSet<PathBuf>,
+    compiling: BTreeSet<PathBuf>,
+}
+
+/// Where one plugin file stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadState {
+    /// Found at start-up, not compiled yet.
+    Pending,
+    Compiling,
+    Loaded,
+    Failed,
+}
+
 /// A plugin's line in `/health`.
 #[derive(Debug, Serialize)]
 pub struct PluginStatus {
     pub file: String,
+    pub state: LoadState,
     pub name: Option<String>,
     pub version: Option<String>,
     pub routes: Vec<String>,
@@ -121,6 +143,7 @@ impl Runtime {
                 linker,
                 registry: RwLock::new(Arc::new(Registry::default())),
                 load_errors: RwLock::new(BTreeMap::new()),
+                progress: RwLock::default(),
                 tools: config.tools.clone(),
                 host: Arc::new(HostEnv::new(config, store)),
                 metrics,
@@ -143,16 +166,45 @@ impl Runtime {
         &self.inner.metrics
     }
 
+    /// Whether the start-up load is still running: plugins found in the
+    /// folder may not be serving yet.
+    pub fn is_starting(&self) -> bool {
+        self.inner.progress.read().starting
+    }
+
+    /// What a transport that found no plugin for a request asks first: while
+    /// the start-up load runs, the plugin may simply not be compiled yet, so
+    /// the answer is "unavailable, try again" — [`InvokeError::Overloaded`],
+    /// which every transport maps to its protocol's 503 (with `Retry-After`
+    /// where HTTP) — rather than "unknown".
+    pub fn not_found_yet(&self) -> Result<(), InvokeError> {
+        if self.is_starting() {
+            Err(InvokeError::Overloaded)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Every plugin file and how it stands, for `/health`.
     pub fn status(&self) -> Vec<PluginStatus> {
         let registry = self.registry();
         let errors = self.inner.load_errors.read();
+        let progress = self.inner.progress.read();
+        let unknown = |file: &Path, state| PluginStatus {
+            file: file.display().to_string(),
+            state,
+            name: None,
+            version: None,
+            routes: Vec::new(),
+            error: None,
+        };
         let mut statuses: BTreeMap<PathBuf, PluginStatus> = BTreeMap::new();
         for plugin in registry.plugins() {
             statuses.insert(
                 plugin.file.clone(),
                 PluginStatus {
                     file: plugin.file.display().to_string(),
+                    state: LoadState::Loaded,
                     name: Some(plugin.manifest.name.clone()),
                     version: Some(plugin.manifest.version.clone()),
                     routes: plugin.manifest.routes(),
@@ -161,16 +213,22 @@ impl Runtime {
             );
         }
         for (file, error) in errors.iter() {
-            statuses
+            let status = statuses
                 .entry(file.clone())
-                .or_insert_with(|| PluginStatus {
-                    file: file.display().to_string(),
-                    name: None,
-                    version: None,
-                    routes: Vec::new(),
-                    error: None,
-                })
-                .error = Some(error.clone());
+                .or_insert_with(|| unknown(file, LoadState::Failed));
+            status.error = Some(error.clone());
+        }
+        // A file being compiled again (a new version) says so, whatever served before.
+        for (files, state) in [
+            (&progress.pending, LoadState::Pending),
+            (&progress.compiling, LoadState::Compiling),
+        ] {
+            for file in files {
+                statuses
+                    .entry(file.clone())
+                    .or_insert_with(|| unknown(file, state))
+                    .state = state;
+            }
         }
         statuses.into_values().collect()
     }

@@ -150,9 +150,15 @@ fn default_plugin(state: &NodeState, registry: &Registry) -> Result<Arc<LoadedPl
     } else {
         registry.by_name(configured)
     };
-    plugin
-        .cloned()
-        .ok_or_else(|| AgoraError::Rejected("No handler for requests without a protocol".into()))
+    match plugin {
+        Some(plugin) => Ok(plugin.clone()),
+        None => {
+            state.runtime.not_found_yet()?;
+            Err(AgoraError::Rejected(
+                "No handler for requests without a protocol".into(),
+            ))
+        }
+    }
 }
 
 /// What the request's `protocolSources` say about its hash.
@@ -190,10 +196,8 @@ async fn resolve_protocol(
             document: None,
         });
     }
-    let SourceCheck::Verified(text) = check else {
-        return Err(AgoraError::UnsupportedProtocol);
-    };
-    let Some(plugin) = registry.agora_any_document().cloned() else {
+    let (SourceCheck::Verified(text), Some(plugin)) = (check, registry.agora_any_document().cloned()) else {
+        state.runtime.not_found_yet()?;
         return Err(AgoraError::UnsupportedProtocol);
     };
     document::parse(&text)

@@ -27,8 +27,10 @@ pub enum EnvelopesError {
     NotFound(String),
     #[error("{0}")]
     Timeout(String),
-    #[error("rate limit exceeded: at most {0} envelopes per minute")]
-    RateLimited(u32),
+    #[error(
+        "rate limit exceeded: at most {per_minute} envelopes per minute; try again in {retry_after_secs} s"
+    )]
+    RateLimited { per_minute: u32, retry_after_secs: u64 },
     #[error("you hold {0} open offers, the most allowed; accept one or let them expire")]
     TooManyOffers(usize),
     #[error("{0}")]
@@ -48,9 +50,21 @@ impl EnvelopesError {
             EnvelopesError::PaymentRequired(_) => 402,
             EnvelopesError::NotFound(_) => 404,
             EnvelopesError::Timeout(_) => 408,
-            EnvelopesError::RateLimited(_) | EnvelopesError::TooManyOffers(_) => 429,
+            EnvelopesError::RateLimited { .. } | EnvelopesError::TooManyOffers(_) => 429,
             EnvelopesError::Internal(_) => 500,
             EnvelopesError::Overloaded => 503,
+        }
+    }
+
+    /// HTTP's `Retry-After` (whole seconds) for a refusal worth retrying: the
+    /// rate limiter's wait, or a second when the node is busy or still loading
+    /// its plugins. §4's ERROR has no field for it, so over a WebSocket only
+    /// the message says it.
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            EnvelopesError::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
+            EnvelopesError::Overloaded => Some(1),
+            _ => None,
         }
     }
 }
@@ -111,6 +125,7 @@ impl Service {
     /// The one place node errors become the wire's signed ERROR envelope and HTTP status.
     pub(super) fn refuse(&self, refusal: Refusal) -> Reply {
         let code = refusal.error.code();
+        let retry_after_secs = refusal.error.retry_after_secs();
         let message = refusal.error.to_string();
         if code >= 500 {
             tracing::warn!(transport = "envelopes", code, %message, "envelope failed");
@@ -124,11 +139,13 @@ impl Service {
         match self.envelope("ERROR", payload.clone()) {
             Ok(envelope) => Reply {
                 status: code,
+                retry_after_secs,
                 envelope,
             },
             // Signing a fixed-shape JSON value cannot fail short of a bug; say so unsigned.
             Err(error) => Reply {
                 status: 500,
+                retry_after_secs: None,
                 envelope: json!({"error": error.to_string(), "payload": payload}),
             },
         }

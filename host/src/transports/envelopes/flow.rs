@@ -275,6 +275,7 @@ async fn request(
     let task = parse_task(&header.payload, service.node.config.envelopes.max_params_bytes)?;
     let registry = service.node.runtime.registry();
     let Some(plugin) = registry.envelope_resource(&task.resource).cloned() else {
+        service.node.runtime.not_found_yet()?;
         return Err(EnvelopesError::NotFound(format!(
             "this node does not serve the resource {:?}",
             task.resource
@@ -458,13 +459,15 @@ async fn accept(
         return Err(EnvelopesError::Timeout("the offer has expired".into())).answering(answering);
     }
     let registry = service.node.runtime.registry();
-    let plugin = registry
-        .envelope_resource(&offer.resource)
-        .cloned()
-        .ok_or_else(|| {
-            EnvelopesError::NotFound(format!("the resource {:?} is no longer served", offer.resource))
-        })
-        .answering(answering)?;
+    let Some(plugin) = registry.envelope_resource(&offer.resource).cloned() else {
+        // The offer stays open: after start-up it may be accepted again.
+        service.node.runtime.not_found_yet().answering(answering)?;
+        return Err(EnvelopesError::NotFound(format!(
+            "the resource {:?} is no longer served",
+            offer.resource
+        )))
+        .answering(answering);
+    };
     let _slot = slot(service).answering(answering)?;
     let params = if offer.params.is_null() {
         let stored = store

@@ -11,7 +11,7 @@
 //! body size (413, before any other work), strict parse (I-JSON numbers only)
 //! and signature (before anything else is read), envelope fields, sender
 //! allow-list, timestamp freshness, replay window (in sled, so restarts do not
-//! reopen it), then the per-sender rate limit — last, so an envelope someone
+//! reopen it), then the per-sender rate limit (a token bucket; a refusal's `Retry-After` says when the next token comes) — last, so an envelope someone
 //! else replays never spends its signer's quota — keyed by the public key (one
 //! bucket for its did:key and raw forms) in a bounded table ([`limits`]); then
 //! the message flow of §3–4 in [`flow`]. [`EnvelopesError`] ([`error`]) is
@@ -78,6 +78,8 @@ pub fn router(state: NodeState) -> Router {
 /// A signed reply and the HTTP status it travels with.
 pub(crate) struct Reply {
     status: u16,
+    /// HTTP's `Retry-After`, when the refusal knows the wait.
+    retry_after_secs: Option<u64>,
     envelope: Value,
 }
 
@@ -93,6 +95,7 @@ impl Service {
         match (outcome, committed) {
             (Ok(envelope), Ok(())) => Reply {
                 status: 200,
+                retry_after_secs: None,
                 envelope,
             },
             (Err(refusal), _) => self.refuse(refusal),
@@ -149,12 +152,13 @@ impl Service {
     }
 
     fn check_rate(&self, key: &limits::SenderKey) -> Result<(), EnvelopesError> {
-        let limit = self.node.config.envelopes.rate_limit_per_minute;
-        if self.rate.lock().admit(*key, now_ms() / 60_000, limit) {
-            Ok(())
-        } else {
-            Err(EnvelopesError::RateLimited(limit))
-        }
+        self.rate
+            .lock()
+            .admit(*key)
+            .map_err(|refused| EnvelopesError::RateLimited {
+                per_minute: self.node.config.envelopes.rate_limit_per_minute,
+                retry_after_secs: refused.retry_after_secs(),
+            })
     }
 
     /// Record `(sender, id)` for as long as the envelope could pass the freshness check.
@@ -198,7 +202,8 @@ async fn http_envelope(
                 // Its own task: a client hanging up must not cancel an ACCEPT between
                 // consuming the offer and recording the outcome.
                 let worker = service.clone();
-                match tokio::spawn(async move { worker.handle(&raw, None).await }).await {
+                let task = async move { worker.handle(&raw, None).await };
+                match tokio::spawn(tracing::Instrument::in_current_span(task)).await {
                     Ok(reply) => reply,
                     Err(error) => service
                         .refuse(EnvelopesError::Internal(format!("the handler failed: {error}")).into()),
@@ -206,7 +211,13 @@ async fn http_envelope(
             }
         };
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(reply.envelope)).into_response()
+    let mut response = (status, axum::Json(reply.envelope)).into_response();
+    if let Some(secs) = reply.retry_after_secs {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+    }
+    response
 }
 
 async fn ws_upgrade(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> Response {

@@ -32,6 +32,7 @@ impl Service {
         let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
         let rate = Mutex::new(limits::SenderTable::new(
             node.config.envelopes.max_tracked_senders,
+            node.config.envelopes.rate_limit_per_minute,
         ));
         Service {
             node,

@@ -84,6 +84,7 @@ async fn answer(
 
     let registry = shared.node.runtime.registry();
     let Some(plugin) = registry.hai_assistant().cloned() else {
+        shared.node.runtime.not_found_yet()?;
         return Err(HaiError::NoAssistant);
     };
     let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
