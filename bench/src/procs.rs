@@ -214,7 +214,9 @@ pub struct NodeSpec<'a> {
     pub env: &'a [(&'a str, String)],
 }
 
-/// Start the node in `data_dir` (its plugins folder filled first) and wait for "listening on".
+/// Start the node in `data_dir` (its plugins folder filled first) and wait until it
+/// listens and its start-up plugin load is done (the node listens first and loads
+/// its plugins in the background).
 pub fn start_node(spec: &NodeSpec) -> Result<(Server, Duration)> {
     let plugins_dir = spec.data_dir.join("plugins");
     std::fs::create_dir_all(&plugins_dir)?;
@@ -230,8 +232,9 @@ pub fn start_node(spec: &NodeSpec) -> Result<(Server, Duration)> {
         .env("AGORA_DATA_DIR", spec.data_dir)
         .env("AGORA_LISTEN", format!("127.0.0.1:{port}"))
         .env("AGORA_LOG_FORMAT", "human")
-        // Per-request logging would measure the terminal, not the node.
-        .env("RUST_LOG", "warn")
+        // Per-request logging would measure the terminal, not the node; the loader's
+        // start-up lines are what says the node is ready.
+        .env("RUST_LOG", "warn,agora_node::runtime::loader=info")
         .env("NO_COLOR", "1");
     for (key, value) in spec.env {
         command.env(key, value);
@@ -240,7 +243,7 @@ pub fn start_node(spec: &NodeSpec) -> Result<(Server, Duration)> {
         "agora-node",
         command,
         port,
-        "listening on",
+        "start-up plugin load done",
         Duration::from_secs(120),
     )
 }

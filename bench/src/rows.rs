@@ -1087,7 +1087,7 @@ async fn row7(settings: &Settings) -> Result<Row> {
     Ok(Row {
         id: 7,
         measure: format!(
-            "Start-up to ready (\"listening on\"), all {} example plugins",
+            "Start-up to ready (every plugin loaded), all {} example plugins",
             examples.len()
         ),
         node: format!("cold (no compile cache) {cold_ms:.0} ms; warm {warm_ms:.0} ms (medians of {repeats})"),

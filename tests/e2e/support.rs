@@ -157,6 +157,7 @@ impl NodeBuilder {
 
     pub fn start(self) -> TestNode {
         let wait_for_plugins = self.wait_for_plugins;
+        let serves_tls = self.env.iter().any(|(key, _)| key == "AGORA_TLS__CERT_FILE");
         let (temp, data_dir) = match self.data_dir {
             Some(dir) => (None, dir),
             None => {
@@ -230,7 +231,15 @@ impl NodeBuilder {
         if ready_rx.recv_timeout(patience).is_err() {
             panic!("agora-node did not start listening; log:\n{}", node.log_text());
         }
-        if wait_for_plugins {
+        if wait_for_plugins && serves_tls {
+            // This harness's HTTP helpers speak plain http; a TLS node says it in its log.
+            node.wait_until(
+                "the start-up plugin load",
+                patience,
+                Duration::from_millis(20),
+                || node.log_text().contains("start-up plugin load done"),
+            );
+        } else if wait_for_plugins {
             node.wait_for_health_within("the start-up plugin load", patience, |health| {
                 health["status"] != "starting"
             });

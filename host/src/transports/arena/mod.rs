@@ -98,6 +98,7 @@ async fn task(
 
     let registry = arena.node.runtime.registry();
     let Some(plugin) = registry.arena_league(&task.league).cloned() else {
+        arena.node.runtime.not_found_yet()?;
         return Err(ArenaError::NotFound(format!(
             "no plugin here plays league {:?}",
             task.league

@@ -172,6 +172,21 @@ async fn submit(
                 .map_err(|_| SubmitError::Overloaded)?,
         )
     };
+    // While the start-up load runs, a model nobody handles yet may just not be compiled:
+    // "try again" (503) with nothing recorded, rather than an answer that it is unknown.
+    if state
+        .node
+        .runtime
+        .registry()
+        .uagents_model(&envelope.schema_digest)
+        .is_none()
+    {
+        state
+            .node
+            .runtime
+            .not_found_yet()
+            .map_err(|_| SubmitError::Overloaded)?;
+    }
     let replay_key = claim_once(&state, &envelope, now)?;
 
     let registry = state.node.runtime.registry();
