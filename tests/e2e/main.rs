@@ -16,6 +16,7 @@ mod hostile_runtime;
 mod hostile_signed;
 mod observability;
 mod open_port;
+mod pki;
 mod scripting;
 mod scripting_tools;
 mod tls_inbound;

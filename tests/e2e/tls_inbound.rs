@@ -7,108 +7,25 @@
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SerialNumber};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self, Message};
 
+use crate::pki::{TestCa, replace};
 use crate::support::{NodeBuilder, TestNode, free_port, under_load};
 
 /// Long enough for any honest exchange on a loaded machine; only a wedged node hits it.
 const IO_WAIT: Duration = Duration::from_secs(60);
 
-struct TestCa {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    /// Where the certificates, keys and the CA's own PEM live.
-    dir: tempfile::TempDir,
-}
-
-/// A leaf certificate and its key, as PEM, and the DER a client sees.
-struct Leaf {
-    cert_pem: String,
-    key_pem: String,
-    der: CertificateDer<'static>,
-}
-
-impl TestCa {
-    fn new() -> TestCa {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "agora-node test CA");
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.pem"), issuer.pem()).unwrap();
-        TestCa { issuer, dir }
-    }
-
-    /// A certificate for localhost and 127.0.0.1 with its own key and `serial`.
-    fn leaf(&self, serial: u64) -> Leaf {
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-        params.serial_number = Some(SerialNumber::from(serial));
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().clone(),
-        }
-    }
-
-    fn ca_file(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-
-    fn cert_file(&self) -> PathBuf {
-        self.dir.path().join("node.crt")
-    }
-
-    fn key_file(&self) -> PathBuf {
-        self.dir.path().join("node.key")
-    }
-
-    /// Put `leaf` in place the way a renewal tool does: each file written beside
-    /// and renamed over the old one (the key first, so for a moment the pair does
-    /// not match: the node must keep the old pair until both are new).
-    fn install(&self, leaf: &Leaf) {
-        replace(&self.key_file(), leaf.key_pem.as_bytes());
-        replace(&self.cert_file(), leaf.cert_pem.as_bytes());
-    }
-
-    fn client_config(&self) -> Arc<rustls::ClientConfig> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.issuer.der().clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        // A resumed session shows the certificate of the session it resumes; every
-        // connection here makes a full handshake, so it shows what the node serves now.
-        config.resumption = rustls::client::Resumption::disabled();
-        Arc::new(config)
-    }
-
-    /// A node builder serving this CA's current pair.
-    fn node(&self) -> NodeBuilder {
-        TestNode::builder()
-            .env("AGORA_TLS__CERT_FILE", self.cert_file().display().to_string())
-            .env("AGORA_TLS__KEY_FILE", self.key_file().display().to_string())
-    }
-}
-
-fn replace(path: &Path, bytes: &[u8]) {
-    let staged = path.with_extension("new");
-    std::fs::write(&staged, bytes).unwrap();
-    std::fs::rename(&staged, path).unwrap();
+/// A node builder serving `ca`'s node pair (see [`TestCa::install`]).
+fn tls_node(ca: &TestCa) -> NodeBuilder {
+    TestNode::builder()
+        .env("AGORA_TLS__CERT_FILE", ca.cert_file().display().to_string())
+        .env("AGORA_TLS__KEY_FILE", ca.key_file().display().to_string())
 }
 
 /// A TLS connection to the node on `port` that checked the node's certificate
@@ -194,8 +111,7 @@ fn every_listener_serves_https_and_wss_to_a_client_trusting_the_ca() {
     let ca = TestCa::new();
     ca.install(&ca.leaf(1));
     let agora_port = free_port();
-    let node = ca
-        .node()
+    let node = tls_node(&ca)
         .plugin("agora-assistant")
         .plugin("hai-assistant")
         .env("AGORA_AGORA__LISTEN", format!("127.0.0.1:{agora_port}"))
@@ -290,8 +206,7 @@ fn plain_http_and_silent_clients_on_a_tls_port_are_dropped_without_wedging_it() 
     let ca = TestCa::new();
     let leaf = ca.leaf(7);
     ca.install(&leaf);
-    let node = ca
-        .node()
+    let node = tls_node(&ca)
         .env("AGORA_HTTP__HEADER_TIMEOUT_MS", "1000")
         // Four silent clients, plus the connection that last asked for the metrics,
         // which may still be closing (lingering) when they arrive.
@@ -373,7 +288,7 @@ fn a_renewed_certificate_reaches_new_connections_under_load_and_a_broken_one_is_
     let ca = TestCa::new();
     let first = ca.leaf(1001);
     ca.install(&first);
-    let node = ca.node().start();
+    let node = tls_node(&ca).start();
     let config = ca.client_config();
     let second = ca.leaf(1002);
     let port = node.port;
@@ -481,7 +396,87 @@ fn bad_certificate_files_at_start_up_stop_the_node_naming_the_setting() {
 fn the_browser_client_chats_over_https_and_wss() {
     let ca = TestCa::new();
     ca.install(&ca.leaf(1));
-    let node = ca.node().plugin("hai-assistant").start();
+    let node = tls_node(&ca).plugin("hai-assistant").start();
     let url = format!("https://localhost:{}/", node.port);
     crate::hai::browser_test_at(&node, &url, "hai-tls.test.mjs", "screenshot-tls.png");
+}
+
+/// Both ends of every HTTP protocol over real TLS: the node's own clients (Agora,
+/// signed envelopes, uAgents), trusting the test CA through `tls.ca_file`, and a
+/// real uAgent (uagents 0.26.1, aiohttp trusting the CA through `SSL_CERT_FILE`)
+/// reach a node that serves https.
+#[test]
+fn every_protocols_clients_reach_a_tls_node() {
+    use crate::uagents::{MESSAGE_SCHEMA, NODE_SEED, SENDER_SEED, cli_send, identity, run_script};
+    let ca = TestCa::new();
+    ca.install(&ca.leaf(1));
+    let node = tls_node(&ca)
+        .plugin("agora-assistant")
+        .plugin(crate::envelopes::PLUGIN)
+        .plugin("uagents-echo")
+        .env("AGORA_UAGENTS__SEED", NODE_SEED)
+        .start();
+    let base = format!("https://localhost:{}", node.port);
+    let (ca_key, ca_file) = ca.ca_env();
+    let cli = |args: &[&str]| -> Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_agora-node"))
+            .args(args)
+            .env(ca_key, &ca_file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {stderr}"))
+    };
+
+    let reply = cli(&["agora", "send", &format!("{base}/agora"), "what is 9 * 9"]);
+    assert_eq!(reply, json!({"status": "success", "body": "9 * 9 = 81"}));
+
+    let result = cli(&[
+        "envelope",
+        "send",
+        &format!("{base}/envelopes"),
+        "--resource",
+        "agora:sum:v1",
+        "--params",
+        r#"{"numbers": [1, 2, 3.5]}"#,
+    ]);
+    assert_eq!(result["data"]["sum"], 6.5, "{result}");
+
+    let node_address = identity(NODE_SEED).address().to_string();
+    let schema = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(schema.path(), MESSAGE_SCHEMA).unwrap();
+    let submit = format!("{base}/submit");
+    let reply = cli_send(
+        &[
+            "--to",
+            &node_address,
+            "--endpoint",
+            &submit,
+            "--sync",
+            "--json",
+            r#"{"text": "over tls"}"#,
+        ],
+        schema.path(),
+        &[("AGORA_CLI_UAGENTS_SEED", SENDER_SEED), (ca_key, &ca_file)],
+    );
+    assert_eq!(reply["message"], json!({"text": "echo: over tls"}), "{reply}");
+
+    let lines = run_script(
+        &[
+            "send_to_node.py",
+            "sync",
+            &node_address,
+            &submit,
+            SENDER_SEED,
+            "hello over tls",
+        ],
+        &[("SSL_CERT_FILE", &ca_file)],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        &json!({"mode": "sync", "reply": "echo: hello over tls"})
+    );
 }

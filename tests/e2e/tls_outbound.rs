@@ -4,85 +4,16 @@
 //! the peers are real TLS servers in this test (tokio-rustls), and every
 //! refusal is shown with its reason and with nothing reaching the peer's handler.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agora_node::crypto::uagents::Envelope;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
 
+use crate::pki::{LeafKind, TestCa};
 use crate::support::{self, TestNode};
 use crate::{arena, uagents};
-
-// --- A throwaway CA and its certificates ---
-
-struct Pki {
-    dir: tempfile::TempDir,
-    issuer: Issuer<'static, KeyPair>,
-    ca_der: rustls::pki_types::CertificateDer<'static>,
-}
-
-/// How a leaf certificate is wrong, if it is.
-enum Leaf {
-    Good,
-    ForName(&'static str),
-    Expired,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "agora-node test CA");
-        let key = KeyPair::generate().unwrap();
-        let ca = params.self_signed(&key).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        Pki {
-            dir,
-            issuer: Issuer::new(params, key),
-            ca_der: ca.der().clone(),
-        }
-    }
-
-    fn ca_file(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-
-    fn ca_env(&self) -> (&'static str, String) {
-        ("AGORA_TLS__CA_FILE", self.ca_file().display().to_string())
-    }
-
-    /// A server config presenting a leaf for `localhost` (or as `leaf` says) and the CA.
-    fn server(&self, leaf: Leaf) -> Arc<rustls::ServerConfig> {
-        let name = match leaf {
-            Leaf::ForName(name) => name,
-            _ => "localhost",
-        };
-        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
-        if let Leaf::Expired = leaf {
-            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        }
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let mut config =
-            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(vec![cert.der().clone(), self.ca_der.clone()], key)
-                .unwrap();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(config)
-    }
-}
 
 // --- A TLS peer: HTTPS answered by a handler, or WSS collecting text frames ---
 
@@ -279,8 +210,8 @@ const PONG: &str = r#"{"status":"success","body":"pong"}"#;
 
 #[test]
 fn the_cli_reaches_an_agora_peer_on_https_with_the_ca_file() {
-    let pki = Pki::new();
-    let peer = TlsPeer::answering(pki.server(Leaf::Good), 200, PONG);
+    let pki = TestCa::new();
+    let peer = TlsPeer::answering(pki.server(LeafKind::Good), 200, PONG);
     let (ok, stdout, stderr) = cli_send(&peer.url("/agora"), &[pki.ca_env()]);
     assert!(ok, "{stdout}{stderr}");
     let reply: Value = serde_json::from_str(&stdout).unwrap();
@@ -294,12 +225,16 @@ fn the_cli_reaches_an_agora_peer_on_https_with_the_ca_file() {
 
 #[test]
 fn untrusted_wrong_name_and_expired_certificates_are_refused_with_their_reason() {
-    let pki = Pki::new();
+    let pki = TestCa::new();
     let cases = [
         // The right certificate, but the CLI is not told to trust its CA.
-        (pki.server(Leaf::Good), false, "unknown issuer"),
-        (pki.server(Leaf::ForName("other.example")), true, "name mismatch"),
-        (pki.server(Leaf::Expired), true, "expired certificate"),
+        (pki.server(LeafKind::Good), false, "unknown issuer"),
+        (
+            pki.server(LeafKind::ForName("other.example")),
+            true,
+            "name mismatch",
+        ),
+        (pki.server(LeafKind::Expired), true, "expired certificate"),
     ];
     for (config, trust, reason) in cases {
         let peer = TlsPeer::answering(config, 200, PONG);
@@ -323,15 +258,15 @@ const WEATHER: &str = "---\nname: Weather\ndescription: A forecast for a city an
 
 #[test]
 fn protocol_sources_are_fetched_over_https_and_redirects_stay_on_the_allow_list() {
-    let pki = Pki::new();
-    let elsewhere = TlsPeer::answering(pki.server(Leaf::Good), 200, WEATHER);
+    let pki = TestCa::new();
+    let elsewhere = TlsPeer::answering(pki.server(LeafKind::Good), 200, WEATHER);
     let elsewhere_url = elsewhere.url("/weather.md");
     let handler: Handler = Arc::new(move |_, path, _| match path {
         "/weather.md" => (200, Vec::new(), WEATHER.as_bytes().to_vec()),
         "/moved.md" => (302, vec![("location".into(), "/weather.md".into())], Vec::new()),
         _ => (302, vec![("location".into(), elsewhere_url.clone())], Vec::new()),
     });
-    let sources = TlsPeer::https(pki.server(Leaf::Good), handler);
+    let sources = TlsPeer::https(pki.server(LeafKind::Good), handler);
     let (key, ca) = pki.ca_env();
     let node = TestNode::builder()
         .plugin("agora-assistant")
@@ -370,8 +305,8 @@ fn protocol_sources_are_fetched_over_https_and_redirects_stay_on_the_allow_list(
 
 #[test]
 fn uagents_async_replies_reach_a_peer_on_https() {
-    let pki = Pki::new();
-    let peer = TlsPeer::answering(pki.server(Leaf::Good), 200, "{}");
+    let pki = TestCa::new();
+    let peer = TlsPeer::answering(pki.server(LeafKind::Good), 200, "{}");
     let sender = uagents::identity(uagents::SENDER_SEED);
     let (key, ca) = pki.ca_env();
     let node = uagents::echo_node(
@@ -408,10 +343,10 @@ fn gold_task(match_id: &str) -> Value {
 
 #[test]
 fn the_arena_example_works_with_https_keys_and_a_wss_stream() {
-    let pki = Pki::new();
+    let pki = TestCa::new();
     let jwks = arena::jwks_with(&["agora-test-rs256-1"]);
-    let keys = TlsPeer::answering(pki.server(Leaf::Good), 200, &jwks);
-    let stream = TlsPeer::wss(pki.server(Leaf::Good));
+    let keys = TlsPeer::answering(pki.server(LeafKind::Good), 200, &jwks);
+    let stream = TlsPeer::wss(pki.server(LeafKind::Good));
     let node = arena::node_with(
         &["trivia"],
         &[
@@ -448,8 +383,8 @@ fn the_arena_example_works_with_https_keys_and_a_wss_stream() {
 
 #[test]
 fn an_arena_stream_with_an_untrusted_certificate_is_refused_and_logged() {
-    let pki = Pki::new();
-    let stream = TlsPeer::wss(pki.server(Leaf::Good));
+    let pki = TestCa::new();
+    let stream = TlsPeer::wss(pki.server(LeafKind::Good));
     // No CA file: the stream's certificate is not trusted.
     let node = arena::node_with(
         &["trivia"],
@@ -482,9 +417,9 @@ fn an_arena_stream_with_an_untrusted_certificate_is_refused_and_logged() {
 
 #[test]
 fn a_plugin_calls_an_agora_peer_on_https_through_host_outbound() {
-    let pki = Pki::new();
-    let peer = TlsPeer::answering(pki.server(Leaf::Good), 200, PONG);
-    let expired = TlsPeer::answering(pki.server(Leaf::Expired), 200, PONG);
+    let pki = TestCa::new();
+    let peer = TlsPeer::answering(pki.server(LeafKind::Good), 200, PONG);
+    let expired = TlsPeer::answering(pki.server(LeafKind::Expired), 200, PONG);
     let (key, ca) = pki.ca_env();
     let node = TestNode::builder()
         .plugin("fixture-outbound-caller")

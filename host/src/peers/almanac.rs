@@ -110,17 +110,25 @@ pub async fn register(api: &str, attestation: &Value) -> Result<(), AlmanacError
     }
 }
 
-/// Keep the node registered for as long as it runs: at once, every
-/// [`REGISTER_INTERVAL`], when `protocols()` changes, and after a failure
-/// with doubling pauses. Never returns an error; every outcome is logged.
+/// Keep the node registered for as long as it runs: as soon as `protocols()`
+/// knows the digests, every [`REGISTER_INTERVAL`], when they change, and after
+/// a failure with doubling pauses. Never returns an error; every outcome is logged.
+///
+/// `protocols()` is `None` while the plugins are still loading at start-up: a
+/// registration then would tell peers the node speaks nothing.
 pub fn spawn_registration<F>(api: String, identity: Arc<AgentIdentity>, endpoint: String, protocols: F)
 where
-    F: Fn() -> Vec<String> + Send + 'static,
+    F: Fn() -> Option<Vec<String>> + Send + 'static,
 {
     tokio::spawn(async move {
         let mut pause = RETRY_FIRST;
         loop {
-            let registered = protocols();
+            let registered = loop {
+                match protocols() {
+                    Some(digests) => break digests,
+                    None => tokio::time::sleep(DIGEST_CHECK).await,
+                }
+            };
             let body = attestation(&identity, &endpoint, &registered, crate::store::now_ms() / 1000);
             let wait = match register(&api, &body).await {
                 Ok(()) => {
@@ -138,7 +146,7 @@ where
             let due = Instant::now() + wait;
             while Instant::now() < due {
                 tokio::time::sleep(DIGEST_CHECK.min(due - Instant::now())).await;
-                if protocols() != registered {
+                if protocols().is_some_and(|now| now != registered) {
                     tracing::info!(
                         transport = "uagents",
                         "protocol digests changed; registering again"

@@ -104,7 +104,7 @@ pub fn router(state: NodeState) -> Router {
             api.clone(),
             identity.clone(),
             advertised_endpoint(&state.config),
-            move || protocol_digests(&node),
+            move || (!node.runtime.is_starting()).then(|| protocol_digests(&node)),
         );
     }
     Router::new()
