@@ -409,7 +409,7 @@ fn a_plain_http_jwks_on_a_remote_host_stops_start_up_with_a_clear_message() {
     child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     assert!(!status.success());
     assert!(!stdout.contains("listening on"), "{stdout}");
-    for needle in ["arena.jwks_url", "https://", "loopback", "later issue"] {
+    for needle in ["arena.jwks_url", "https://", "loopback", "swapped in transit"] {
         assert!(stderr.contains(needle), "{needle:?} missing from: {stderr}");
     }
 }
