@@ -402,9 +402,9 @@ fn the_browser_client_chats_over_https_and_wss() {
 }
 
 /// Both ends of every HTTP protocol over real TLS: the node's own clients (Agora,
-/// signed envelopes, uAgents), trusting the test CA through `tls.ca_file`, and a
+/// signed envelopes, uAgents), trusting the test CA through `tls.ca_file`, a
 /// real uAgent (uagents 0.26.1, aiohttp trusting the CA through `SSL_CERT_FILE`)
-/// reach a node that serves https.
+/// and an arena's signed task (curl) reach a node that serves https.
 #[test]
 fn every_protocols_clients_reach_a_tls_node() {
     use crate::uagents::{MESSAGE_SCHEMA, NODE_SEED, SENDER_SEED, cli_send, identity, run_script};
@@ -414,7 +414,10 @@ fn every_protocols_clients_reach_a_tls_node() {
         .plugin("agora-assistant")
         .plugin(crate::envelopes::PLUGIN)
         .plugin("uagents-echo")
+        .plugin("trivia")
         .env("AGORA_UAGENTS__SEED", NODE_SEED)
+        .env("AGORA_ARENA__AGENT_ID", crate::arena::AGENT)
+        .env(crate::arena::jwks_file_env().0, crate::arena::jwks_file_env().1)
         .start();
     let base = format!("https://localhost:{}", node.port);
     let (ca_key, ca_file) = ca.ca_env();
@@ -479,4 +482,22 @@ fn every_protocols_clients_reach_a_tls_node() {
         lines.last().unwrap(),
         &json!({"mode": "sync", "reply": "echo: hello over tls"})
     );
+
+    let task = crate::arena::sample_body();
+    let token = crate::arena::rs256_token(task["match_id"].as_str().unwrap());
+    let answer = curl(
+        &ca,
+        &[
+            "-H",
+            &format!("Authorization: Bearer {token}"),
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &task.to_string(),
+            &format!("{base}/arena"),
+        ],
+    )
+    .expect("curl POST /arena");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["answer"], "Canberra", "{answer}");
 }
