@@ -401,9 +401,9 @@ fn the_browser_client_chats_over_https_and_wss() {
     crate::hai::browser_test_at(&node, &url, "hai-tls.test.mjs", "screenshot-tls.png");
 }
 
-/// Both ends of every HTTP protocol over real TLS: the node's own clients (Agora,
-/// signed envelopes, uAgents), trusting the test CA through `tls.ca_file`, a
-/// real uAgent (uagents 0.26.1, aiohttp trusting the CA through `SSL_CERT_FILE`)
+/// Both ends of every protocol over real TLS: the node's own clients (Agora,
+/// signed envelopes, uAgents), trusting the test CA through `tls.ca_file`, the
+/// envelope WebSocket binding over wss, a real uAgent (uagents 0.26.1, aiohttp trusting the CA through `SSL_CERT_FILE`)
 /// and an arena's signed task (curl) reach a node that serves https.
 #[test]
 fn every_protocols_clients_reach_a_tls_node() {
@@ -446,6 +446,27 @@ fn every_protocols_clients_reach_a_tls_node() {
         r#"{"numbers": [1, 2, 3.5]}"#,
     ]);
     assert_eq!(result["data"]["sum"], 6.5, "{result}");
+
+    // The envelope WebSocket binding over wss: a signed REQUEST → a verified RESULT.
+    let stream = tls_connect(node.port, &ca.client_config()).expect("TLS to the envelope listener");
+    let url = format!("wss://localhost:{}/envelopes/ws", node.port);
+    let (mut socket, _) = tungstenite::client(url.as_str(), stream).expect("WebSocket upgrade over TLS");
+    let alice = crate::envelopes::Agent::new();
+    let request = alice.envelope(
+        "REQUEST",
+        json!({"resource": "agora:sum:v1", "params": {"numbers": [2, 2.5]}}),
+    );
+    socket.send(Message::text(request.to_string())).unwrap();
+    let reply = loop {
+        match socket.read().expect("a frame") {
+            Message::Text(text) => break crate::envelopes::verify_reply(text.as_bytes(), None),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected frame {other:?}"),
+        }
+    };
+    assert_eq!(reply["type"], "RESULT", "{reply}");
+    assert_eq!(reply["payload"]["request_id"], request["id"]);
+    assert_eq!(reply["payload"]["data"]["sum"], 4.5, "{reply}");
 
     let node_address = identity(NODE_SEED).address().to_string();
     let schema = tempfile::NamedTempFile::new().unwrap();
