@@ -595,8 +595,15 @@ fn an_allow_list_host_without_a_port_does_not_allow_other_ports() {
 fn health_shows_plugin_file_names_and_no_absolute_paths() {
     let node = TestNode::builder().plugin("agora-assistant").start();
     support::install_bytes(&node.plugins_dir, "broken", b"not a wasm component");
-    let health = node.wait_for_health("both plugin files listed", |health| {
-        health["plugins"].as_array().is_some_and(|p| p.len() == 2)
+    // A file is listed from the moment the watcher sees it ("compiling"): wait for
+    // the broken one's verdict, not just its entry.
+    let health = node.wait_for_health("the broken file's load error", |health| {
+        health["plugins"].as_array().is_some_and(|plugins| {
+            plugins.len() == 2
+                && plugins
+                    .iter()
+                    .any(|p| p["file"] == "broken.wasm" && p["error"].is_string())
+        })
     });
     let mut files: Vec<&str> = health["plugins"]
         .as_array()
