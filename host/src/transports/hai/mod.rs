@@ -6,8 +6,10 @@
 //! - [`wire`]: the frames and the validation of what a client sends.
 //! - [`session`]: live sessions: broadcast to every connection, approvals, rate window.
 //! - [`turn`]: one answer, from `thinking` to `completed`.
+//! - [`fleet`]: several nodes on one shared store: frames of a session reach
+//!   its connections on every node, and an approval is decided once, on any node.
 //! - this module: the connection (bounded buffers, keep-alive, frame size), the
-//!   moderation hook, sessions in sled, and [`HaiError`], the one place node
+//!   moderation hook, sessions in the store, and [`HaiError`], the one place node
 //!   errors become `error` frames.
 //!
 //! A connection belongs to one session: the one named in `?session_id=` when it
@@ -26,6 +28,7 @@
 //! message taken, an approval decided, the reply) is committed to disk first.
 
 pub mod access;
+mod fleet;
 mod session;
 mod turn;
 pub mod wire;
@@ -47,7 +50,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::node::state::NodeState;
-use crate::runtime::{ApprovalOutcome, FailureKind, InvokeError};
+use crate::runtime::{FailureKind, InvokeError};
 use crate::store::{Collection, StoreError, now_ms};
 use session::{Attached, Hub, Limits, Opened, Origin, Session, Stored};
 use wire::{ApprovalResponse, Inbound, Outbound, UserMessage};
@@ -84,7 +87,7 @@ pub fn router(state: NodeState) -> Router {
     let path = if path.is_empty() { "/ws" } else { path }.to_string();
     let page = CLIENT_HTML.replace("{{WS_PATH}}", &path);
     let shared = Shared {
-        hub: Hub::new(Limits::from_config(config)),
+        hub: Hub::new(Limits::from_config(config), fleet::FleetOut::start(&state.store)),
         node: state,
         page: Arc::from(page),
     };
@@ -268,23 +271,39 @@ fn history_id(session_id: &str) -> String {
 impl Shared {
     /// Keep the session's record alive for another `session_ttl_secs`; the
     /// sweeper removes the record and its history once it lapses.
+    ///
+    /// The first record claims the id for the whole fleet: a session created
+    /// on two nodes at once (each found no record) is kept by the node that
+    /// records it first, and the other's turn is refused as another's session,
+    /// so neither can replace the other's secret.
     async fn record_session(&self, session: &Session) -> Result<(), HaiError> {
         let key = history_id(&session.id);
         let store = &self.node.store;
         let now = now_ms();
-        let created = store
-            .get::<Value>(Collection::Sessions, key.as_bytes())
-            .await?
+        let secret = hex::encode(session.secret);
+        let existing = store.get::<Value>(Collection::Sessions, key.as_bytes()).await?;
+        if existing
+            .as_ref()
+            .is_some_and(|record| record["secret_sha256"].as_str() != Some(secret.as_str()))
+        {
+            return Err(HaiError::SessionSecret);
+        }
+        let created = existing
+            .as_ref()
             .and_then(|record| record["created_at_ms"].as_u64())
             .unwrap_or(now);
         let expires = now.saturating_add(self.node.config.hai.session_ttl_secs * 1000);
-        store.put(
-            Collection::Sessions,
-            key.as_bytes(),
-            &json!({"created_at_ms": created, "last_used_ms": now, "secret_sha256": hex::encode(session.secret)}),
-            Some(expires),
-        )
-        .await?;
+        let record = json!({"created_at_ms": created, "last_used_ms": now, "secret_sha256": secret});
+        if existing.is_some() {
+            store
+                .put(Collection::Sessions, key.as_bytes(), &record, Some(expires))
+                .await?;
+        } else if !store
+            .insert_new(Collection::Sessions, key.as_bytes(), &record, Some(expires))
+            .await?
+        {
+            return Err(HaiError::SessionSecret);
+        }
         Ok(())
     }
 
@@ -632,31 +651,54 @@ impl Connection {
     }
 
     /// Only a connection bound to the session (its creator, or one that showed the
-    /// secret) can answer its approvals. The decision is on disk before the tool may
-    /// run, since the frames that follow tell every client it was taken.
+    /// secret) can answer its approvals, on whichever node it is connected. The
+    /// answer that takes the approval's record decides it; any other (a second
+    /// answer, one racing it on another node, one after the tool's deadline) is
+    /// told it is unknown. The decision is on disk before the tool may run, since
+    /// the frames that follow tell every client it was taken.
     async fn on_approval(&mut self, response: ApprovalResponse) -> Result<(), HaiError> {
         let Some(session) = self.session.as_deref().cloned() else {
             return Err(HaiError::UnknownApproval(response.approval_id));
         };
-        let outcome = if response.approved {
-            ApprovalOutcome::Approved
-        } else {
-            ApprovalOutcome::Rejected {
-                feedback: response.feedback.clone(),
-            }
+        let key = fleet::approval_key(&session.id, &response.approval_id);
+        let Some(record) = self
+            .shared
+            .node
+            .store
+            .take::<fleet::ApprovalRecord>(Collection::Approvals, &key)
+            .await?
+        else {
+            return Err(HaiError::UnknownApproval(response.approval_id));
         };
-        let decision = session.take(&response.approval_id)?;
+        // The waiting tool, when it waits on this node. Held until the decision is
+        // recorded: not recorded, not acted on, and dropping it ends the wait as unanswered.
+        let local = session.take(&response.approval_id).ok();
         let entry = json!({
             "approval_id": response.approval_id,
-            "tool_name": decision.tool_name(),
+            "tool_name": record.tool_name,
             "approved": response.approved,
             "feedback": response.feedback,
         });
-        // Not recorded, not acted on: the dropped decision ends the wait as unanswered.
         self.shared.append(&session.id, "approval", entry).await?;
         self.shared.commit().await?;
-        if !decision.deliver(outcome) {
-            return Err(HaiError::UnknownApproval(response.approval_id));
+        let decided = fleet::Decided {
+            session_id: session.id.clone(),
+            approval_id: response.approval_id,
+            approved: response.approved,
+            feedback: response.feedback,
+        };
+        let delivered = match (local, self.shared.hub.fleet()) {
+            (Some(decision), _) => decision.deliver(decided.outcome()),
+            // It waits on another node, which takes it from here.
+            (None, Some(fleet)) => {
+                fleet.send_decision(&decided).await?;
+                true
+            }
+            (None, None) => false,
+        };
+        if !delivered {
+            // The tool stopped waiting meanwhile (its turn ended).
+            return Err(HaiError::UnknownApproval(decided.approval_id));
         }
         Ok(())
     }

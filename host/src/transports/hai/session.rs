@@ -3,7 +3,7 @@
 //! the approvals waiting for a human (§5–6); the per-session rate window; and
 //! the turn lock that answers a session's messages one at a time.
 //!
-//! What outlives a connection (history, the session record) is in sled; this
+//! What outlives a connection (history, the session record) is in the store; this
 //! is only the in-memory meeting point, dropped a while after its last user.
 //!
 //! The [`Hub`] is also where an open port is bounded: a session opens only with
@@ -32,8 +32,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::HaiError;
 use super::access::{self, SecretHash};
+use super::fleet::{ApprovalRecord, FleetOut, approval_key};
 use super::wire::Outbound;
 use crate::runtime::{ApprovalOutcome, ApprovalRequest, Approver, PluginEvent};
+use crate::store::{Collection, Store, now_ms};
 
 /// How long an unused session stays in memory (keeps its rate window across reconnects)
 /// unless the table is full and it is the least recently used.
@@ -42,6 +44,9 @@ const IDLE_KEEP: Duration = Duration::from_secs(120);
 const MAX_QUEUED_TURNS: usize = 4;
 /// Approvals one session may have open at once.
 const MAX_PENDING_APPROVALS: usize = 16;
+/// How much before the tool path's approval timeout the approver claims the
+/// approval for itself (a tenth of the timeout, at most this).
+const MAX_DEADLINE_GRACE: Duration = Duration::from_secs(2);
 /// The event kind the approver puts in the turn's event stream, in order with the plugin's emits.
 pub const APPROVAL_EVENT: &str = "hai.approval_request";
 const MINUTE: Duration = Duration::from_secs(60);
@@ -144,17 +149,29 @@ pub struct Hub {
     table: Mutex<Table>,
     approvals: Mutex<ApprovalCounts>,
     limits: Limits,
+    fleet: Option<FleetOut>,
 }
 
 impl Hub {
-    pub fn new(limits: Limits) -> Arc<Hub> {
+    /// The session table; with `fleet`, its sessions' frames also go to the
+    /// other nodes, and theirs come to this node's connections.
+    pub fn new(limits: Limits, fleet: Option<FleetOut>) -> Arc<Hub> {
         let hub = Arc::new(Hub {
             table: Mutex::new(Table::default()),
             approvals: Mutex::new(ApprovalCounts::default()),
             limits,
+            fleet,
         });
         spawn_idle_sweeper(Arc::downgrade(&hub));
+        if let Some(fleet) = &hub.fleet {
+            fleet.listen(Arc::downgrade(&hub));
+        }
         hub
+    }
+
+    /// The other nodes of the fleet, if the store is shared.
+    pub fn fleet(&self) -> Option<&FleetOut> {
+        self.fleet.as_ref()
     }
 
     /// The live session `id`, if it is in memory.
@@ -198,7 +215,13 @@ impl Hub {
             }
         };
         self.make_room(&mut table, ip)?;
-        let session = Arc::new(Session::new(id, ip, hash, self.limits.buffer_frames));
+        let session = Arc::new(Session::new(
+            id,
+            ip,
+            hash,
+            self.limits.buffer_frames,
+            self.fleet.clone(),
+        ));
         table.sessions.insert(id.to_string(), session.clone());
         *table.live_per_ip.entry(ip).or_default() += 1;
         Ok(match issued {
@@ -363,7 +386,6 @@ fn spawn_idle_sweeper(hub: Weak<Hub>) {
 
 struct Pending {
     reply: oneshot::Sender<ApprovalOutcome>,
-    tool_name: String,
     _ticket: ApprovalTicket,
 }
 
@@ -385,10 +407,18 @@ pub struct Session {
     /// Connections bound to it (see [`Session::attach`]).
     connections: AtomicUsize,
     last_used: Mutex<Instant>,
+    /// The other nodes of the fleet, which get its frames too (`None`: one node).
+    fleet: Option<FleetOut>,
 }
 
 impl Session {
-    fn new(id: &str, owner: IpAddr, secret: SecretHash, buffer_frames: usize) -> Session {
+    fn new(
+        id: &str,
+        owner: IpAddr,
+        secret: SecretHash,
+        buffer_frames: usize,
+        fleet: Option<FleetOut>,
+    ) -> Session {
         Session {
             id: id.to_string(),
             owner,
@@ -401,6 +431,7 @@ impl Session {
             queued: Mutex::new(0),
             connections: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
+            fleet,
         }
     }
 
@@ -432,10 +463,18 @@ impl Session {
         receiver
     }
 
-    /// Send a frame to every connection on this session.
+    /// Send a frame to every connection on this session, on every node.
     pub fn publish(&self, frame: &Outbound) {
-        // No subscribers is fine: the frames are also in the history where it matters.
         let text: Arc<str> = Arc::from(frame.to_text());
+        if let Some(fleet) = &self.fleet {
+            fleet.send_frame(&self.id, &text);
+        }
+        self.publish_text(text);
+    }
+
+    /// Send a frame's text to this node's connections on this session.
+    pub fn publish_text(&self, text: Arc<str>) {
+        // No subscribers is fine: the frames are also in the history where it matters.
         self.subscribers
             .lock()
             .retain(|queue| match queue.try_send(text.clone()) {
@@ -482,7 +521,6 @@ impl Session {
     fn register(
         &self,
         approval_id: &str,
-        tool_name: &str,
         ticket: ApprovalTicket,
     ) -> Result<oneshot::Receiver<ApprovalOutcome>, HaiError> {
         let mut pending = self.pending.lock();
@@ -497,7 +535,6 @@ impl Session {
             approval_id.to_string(),
             Pending {
                 reply,
-                tool_name: tool_name.to_string(),
                 _ticket: ticket,
             },
         );
@@ -508,8 +545,9 @@ impl Session {
         self.pending.lock().contains_key(approval_id)
     }
 
-    /// Take a waiting approval out, so nobody else can answer it; its tool name and
-    /// the way to deliver the decision. `Err` when nothing with that id waits here.
+    /// Take a waiting approval out of this node's waits: the way to deliver the
+    /// decision. `Err` when nothing with that id waits here. (Who may decide is
+    /// settled before, by taking the approval's record from the store.)
     pub fn take(&self, approval_id: &str) -> Result<Decision, HaiError> {
         match self.pending.lock().remove(approval_id) {
             Some(pending) => Ok(Decision(pending)),
@@ -522,10 +560,6 @@ impl Session {
 pub struct Decision(Pending);
 
 impl Decision {
-    pub fn tool_name(&self) -> &str {
-        &self.0.tool_name
-    }
-
     /// `false` when the tool call stopped waiting meanwhile (timed out, turn ended).
     pub fn deliver(self, outcome: ApprovalOutcome) -> bool {
         self.0.reply.send(outcome).is_ok()
@@ -587,6 +621,11 @@ pub type HostCalls = Arc<Mutex<HashMap<String, CallMark>>>;
 
 /// The host's [`Approver`] for one turn: asks every connection of the session
 /// and holds the plugin's tool call (a parked future, no thread) until one answers.
+///
+/// The approval is also a record in the store, so a connection of the session
+/// on any node can decide it; whoever takes the record decides (see [`super::fleet`]).
+/// The wait's own deadline takes it too, a little before the tool path gives
+/// up, so a timeout and a human's answer never both count.
 pub struct SessionApprover {
     pub hub: Arc<Hub>,
     pub session: Arc<Session>,
@@ -595,9 +634,35 @@ pub struct SessionApprover {
     /// The turn's event stream, so the request reaches clients after what the plugin emitted before it.
     pub events: mpsc::Sender<PluginEvent>,
     pub calls: HostCalls,
+    pub store: Store,
+    /// `tools.approval_timeout_ms`: how long the tool path waits for this approver.
+    pub timeout: Duration,
 }
 
 impl SessionApprover {
+    /// Wait for the decision until a little before the tool path's timeout, then
+    /// take the approval's record: if nobody had, it timed out and no answer can
+    /// count any more; if someone had, their decision is on its way.
+    async fn wait(&self, mut decision: oneshot::Receiver<ApprovalOutcome>, key: &[u8]) -> ApprovalOutcome {
+        let grace = (self.timeout / 10).min(MAX_DEADLINE_GRACE);
+        if let Ok(outcome) = tokio::time::timeout(self.timeout.saturating_sub(grace), &mut decision).await {
+            return outcome.unwrap_or(ApprovalOutcome::TimedOut);
+        }
+        match self
+            .store
+            .take::<ApprovalRecord>(Collection::Approvals, key)
+            .await
+        {
+            Ok(Some(_)) => ApprovalOutcome::TimedOut,
+            // The tool path's own timeout still bounds this wait.
+            Ok(None) => decision.await.unwrap_or(ApprovalOutcome::TimedOut),
+            Err(error) => {
+                tracing::warn!(transport = "hai", session = %self.session.id, %error, "hai: an approval's deadline could not claim it; it times out here");
+                ApprovalOutcome::TimedOut
+            }
+        }
+    }
+
     fn refuse(&self, call_id: &str, error: HaiError) -> ApprovalOutcome {
         let feedback = error.to_string();
         self.calls.lock().insert(
@@ -622,7 +687,7 @@ impl Approver for SessionApprover {
             Ok(ticket) => ticket,
             Err(error) => return self.refuse(&request.call_id, error),
         };
-        let decision = match self.session.register(&approval_id, &request.tool_name, ticket) {
+        let decision = match self.session.register(&approval_id, ticket) {
             Ok(decision) => decision,
             Err(error) => return self.refuse(&request.call_id, error),
         };
@@ -630,6 +695,20 @@ impl Approver for SessionApprover {
             session: &self.session,
             approval_id: approval_id.clone(),
         };
+        let key = approval_key(&self.session.id, &approval_id);
+        let record = ApprovalRecord {
+            session_id: self.session.id.clone(),
+            tool_name: request.tool_name.clone(),
+            call_id: request.call_id.clone(),
+        };
+        let expires = now_ms().saturating_add(self.timeout.as_millis() as u64);
+        if let Err(error) = self
+            .store
+            .put(Collection::Approvals, &key, &record, Some(expires))
+            .await
+        {
+            return self.refuse(&request.call_id, error.into());
+        }
         self.calls.lock().insert(
             request.call_id.clone(),
             CallMark {
@@ -654,7 +733,7 @@ impl Approver for SessionApprover {
                 feedback: Some("the session ended before anyone could approve".into()),
             };
         }
-        let outcome = decision.await.unwrap_or(ApprovalOutcome::TimedOut);
+        let outcome = self.wait(decision, &key).await;
         if outcome == ApprovalOutcome::Approved
             && let Some(mark) = self.calls.lock().get_mut(&request.call_id)
         {
@@ -694,7 +773,7 @@ mod tests {
 
     #[tokio::test]
     async fn rate_window_refuses_beyond_the_limit() {
-        let hub = Hub::new(limits());
+        let hub = Hub::new(limits(), None);
         let (session, _) = create(&hub, "s", "10.0.0.1").unwrap();
         assert!(session.admit(2).is_ok());
         assert!(session.admit(2).is_ok());
@@ -708,7 +787,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_opens_again_only_with_its_secret() {
-        let hub = Hub::new(limits());
+        let hub = Hub::new(limits(), None);
         let (_held, secret) = create(&hub, "s", "10.0.0.1").unwrap();
         let open = |secret: Option<&str>| hub.open("s", secret, ip("10.0.0.9"), || Ok(Stored::Unknown));
         assert!(matches!(open(None), Err(HaiError::SessionSecret)));
@@ -729,7 +808,7 @@ mod tests {
 
     #[tokio::test]
     async fn creation_is_capped_per_address_and_idle_sessions_make_room() {
-        let hub = Hub::new(limits());
+        let hub = Hub::new(limits(), None);
         // Two live per address: a third evicts the address's own idle session.
         let (held, _) = create(&hub, "a1", "10.0.0.1").unwrap();
         drop(create(&hub, "a2", "10.0.0.1").unwrap());
@@ -769,7 +848,7 @@ mod tests {
 
     #[tokio::test]
     async fn pending_approvals_are_bounded_per_connection_address_and_in_total() {
-        let hub = Hub::new(limits());
+        let hub = Hub::new(limits(), None);
         let a = Origin::new(ip("10.0.0.1"));
         let a_other = Origin::new(ip("10.0.0.1"));
         let b = Origin::new(ip("10.0.0.2"));
@@ -802,34 +881,71 @@ mod tests {
         assert!(hub.reserve_approval(&a).is_ok());
     }
 
-    #[tokio::test]
-    async fn approvals_resolve_once_and_only_in_their_session() {
-        let hub = Hub::new(limits());
-        let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
-        let (b, _) = create(&hub, "b", "10.0.0.2").unwrap();
-        let (events, mut stream) = mpsc::channel(4);
+    /// An approver for session `session`'s turns, its event stream and its call marks.
+    fn approver(
+        hub: &Arc<Hub>,
+        session: &Arc<Session>,
+        store: &Store,
+        timeout: Duration,
+    ) -> (SessionApprover, mpsc::Receiver<PluginEvent>, HostCalls) {
+        let (events, stream) = mpsc::channel(4);
         let calls = HostCalls::default();
         let approver = SessionApprover {
             hub: hub.clone(),
-            session: a.clone(),
+            session: session.clone(),
             origin: Origin::new(ip("10.0.0.1")),
             events,
             calls: calls.clone(),
+            store: store.clone(),
+            timeout,
         };
-        let request = ApprovalRequest {
+        (approver, stream, calls)
+    }
+
+    fn risky_call() -> ApprovalRequest {
+        ApprovalRequest {
             call_id: "c".into(),
             tool_name: "t".into(),
             arguments: json!({}),
             risk: crate::runtime::Risk::High,
             description: "d".into(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn the_deadline_claims_an_unanswered_approval_so_no_later_answer_counts() {
+        let hub = Hub::new(limits(), None);
+        let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
+        let store = Store::temporary().unwrap();
+        let (approver, mut stream, _) = approver(&hub, &a, &store, Duration::from_millis(300));
+        let waiting = tokio::spawn(async move { approver.approve(risky_call()).await });
+        let id = stream.recv().await.unwrap().data["approval_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let key = approval_key("a", &id);
+        let record: Option<ApprovalRecord> = store.get(Collection::Approvals, &key).await.unwrap();
+        assert_eq!(record.map(|r| r.tool_name).as_deref(), Some("t"));
+        assert_eq!(waiting.await.unwrap(), ApprovalOutcome::TimedOut);
+        // The wait took the record: an answer now finds nothing to decide.
+        let late: Option<ApprovalRecord> = store.take(Collection::Approvals, &key).await.unwrap();
+        assert!(late.is_none());
+    }
+
+    #[tokio::test]
+    async fn approvals_resolve_once_and_only_in_their_session() {
+        let hub = Hub::new(limits(), None);
+        let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
+        let (b, _) = create(&hub, "b", "10.0.0.2").unwrap();
+        let store = Store::temporary().unwrap();
+        let (approver, mut stream, calls) = approver(&hub, &a, &store, Duration::from_secs(60));
+        let request = risky_call();
         let waiting = tokio::spawn(async move { approver.approve(request).await });
         let event = stream.recv().await.unwrap();
         let id = event.data["approval_id"].as_str().unwrap().to_string();
         assert_eq!(calls.lock()["c"].approval_id.as_deref(), Some(id.as_str()));
         assert!(b.take(&id).is_err());
         let decision = a.take(&id).unwrap();
-        assert_eq!(decision.tool_name(), "t");
         assert!(a.take(&id).is_err(), "taken once");
         assert!(decision.deliver(ApprovalOutcome::Rejected {
             feedback: Some("no".into())

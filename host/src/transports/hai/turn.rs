@@ -97,6 +97,8 @@ async fn answer(
         origin,
         events: events.clone(),
         calls: host_calls.clone(),
+        store: shared.node.store.clone(),
+        timeout: std::time::Duration::from_millis(shared.node.config.tools.approval_timeout_ms),
     });
     let exchange = Exchange::new()
         .with_events(events)
