@@ -203,6 +203,17 @@ pub struct OutboundConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
+    /// `sled` (embedded, one node; the default) or `postgres` (one database
+    /// shared by a fleet of nodes, `postgres_url`).
+    pub backend: StoreBackend,
+    /// `postgres://user:password@host:port/database` (also as
+    /// `AGORA_STORE__POSTGRES_URL`); used when `backend = "postgres"`.
+    pub postgres_url: String,
+    /// Connections this node keeps to the database.
+    pub postgres_pool_size: usize,
+    /// Longest wait for a connection or a statement; past it the request is
+    /// answered 503 (try again) rather than held.
+    pub postgres_timeout_ms: u64,
     /// How often expired entries are swept.
     pub sweep_interval_secs: u64,
     /// Serialized bytes one conversation's or session's history may hold; an
@@ -212,6 +223,13 @@ pub struct StoreConfig {
     /// endpoint): at most this many entries and bytes.
     pub history_page_entries: usize,
     pub history_page_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    Sled,
+    Postgres,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -540,6 +558,17 @@ impl Config {
         )?;
         positive("plugins.max_parked_calls", self.plugins.max_parked_calls as u64)?;
         positive("store.max_history_bytes", self.store.max_history_bytes)?;
+        if self.store.backend == StoreBackend::Postgres {
+            let url = &self.store.postgres_url;
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "store.postgres_url",
+                    "must be a postgres:// URL when store.backend = \"postgres\"",
+                ));
+            }
+            positive("store.postgres_pool_size", self.store.postgres_pool_size as u64)?;
+            positive("store.postgres_timeout_ms", self.store.postgres_timeout_ms)?;
+        }
         positive(
             "store.history_page_entries",
             self.store.history_page_entries as u64,

@@ -156,9 +156,10 @@ async fn hai_scenario(node: &TestNode, label: &str) -> Vec<Value> {
 /// The value a tool plugin stored under `key`, read from a stopped node's store.
 fn stored(data_dir: &Path, plugin: &str, key: &str) -> Option<Value> {
     let store = Store::open(&data_dir.join("state")).expect("the stopped node's store");
-    let bytes: Vec<u8> = store
-        .get(Collection::PluginKv, &plugin_key(plugin, key))
-        .expect("reading the store")?;
+    // The embedded store answers without waiting: no runtime needed to read it.
+    let bytes: Vec<u8> =
+        futures::executor::block_on(store.get(Collection::PluginKv, &plugin_key(plugin, key)))
+            .expect("reading the store")?;
     Some(serde_json::from_slice(&bytes).expect("the stored report is JSON"))
 }
 

@@ -18,11 +18,12 @@ use axum::extract::DefaultBodyLimit;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{Config, parse_listen};
+use crate::config::{Config, StoreBackend, parse_listen};
 use crate::listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, watcher};
 use crate::store::Store;
+use crate::store::postgres::PostgresBackend;
 use crate::transports;
 pub use state::NodeState;
 
@@ -70,13 +71,17 @@ impl Node {
         std::fs::create_dir_all(&config.plugins.dir).map_err(|e| {
             NodeError::Runtime(format!("cannot create {}: {e}", config.plugins.dir.display()))
         })?;
-        let store_dir = config.data_dir.join("state");
-        let store = Store::open(&store_dir)
-            .map_err(|source| NodeError::Store {
-                path: store_dir.display().to_string(),
-                source,
-            })?
-            .with_history_quota(config.store.max_history_bytes);
+        let store = open_store(&config).await?;
+        let config = if store.is_shared() && config.uagents.seed.is_empty() {
+            // The fleet is one uAgent: every node signs as the address of one seed.
+            let mut shared = (*config).clone();
+            shared.uagents.seed = crate::transports::uagents::fleet_seed(&store)
+                .await
+                .map_err(|e| NodeError::Runtime(format!("cannot read the fleet's uAgents seed: {e}")))?;
+            Arc::new(shared)
+        } else {
+            config
+        };
         let metrics = Metrics::new();
         let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
@@ -233,16 +238,44 @@ impl Node {
     }
 }
 
+/// The store `store.backend` names: sled under `data_dir/state`, or the
+/// fleet's PostgreSQL database (schema migrated before the node serves).
+async fn open_store(config: &Config) -> Result<Store, NodeError> {
+    let store = match config.store.backend {
+        StoreBackend::Sled => {
+            let dir = config.data_dir.join("state");
+            Store::open(&dir).map_err(|source| NodeError::Store {
+                path: dir.display().to_string(),
+                source,
+            })?
+        }
+        StoreBackend::Postgres => {
+            let backend = PostgresBackend::connect(
+                &config.store.postgres_url,
+                config.store.postgres_pool_size,
+                Duration::from_millis(config.store.postgres_timeout_ms),
+            )
+            .await
+            .map_err(|source| NodeError::Store {
+                path: "store.postgres_url".into(),
+                source,
+            })?;
+            Store::new(Arc::new(backend))
+        }
+    };
+    tracing::info!(backend = store.backend_name(), "store open");
+    Ok(store.with_history_quota(config.store.max_history_bytes))
+}
+
 fn spawn_sweeper(store: Store, every: Duration) {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(every);
         loop {
             ticker.tick().await;
-            let store = store.clone();
-            match tokio::task::spawn_blocking(move || store.sweep()).await {
-                Ok(Ok(removed)) if removed > 0 => tracing::debug!(removed, "expired entries swept"),
-                Ok(Err(error)) => tracing::warn!(%error, "sweeping expired entries failed"),
-                _ => {}
+            match store.sweep().await {
+                Ok(removed) if removed > 0 => tracing::debug!(removed, "expired entries swept"),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "sweeping expired entries failed"),
             }
         }
     });

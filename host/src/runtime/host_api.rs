@@ -53,6 +53,7 @@ impl host::Host for PluginState {
         self.host
             .store
             .get::<Vec<u8>>(Collection::PluginKv, &full)
+            .await
             .ok()
             .flatten()
     }
@@ -72,6 +73,7 @@ impl host::Host for PluginState {
         self.host
             .store
             .put(Collection::PluginKv, &full, &value, None)
+            .await
             .map_err(|e| e.to_string())?;
         self.host.store.commit().await.map_err(|e| e.to_string())
     }
@@ -81,6 +83,7 @@ impl host::Host for PluginState {
         self.host
             .store
             .remove(Collection::PluginKv, &full)
+            .await
             .map_err(|e| e.to_string())?;
         self.host.store.commit().await.map_err(|e| e.to_string())
     }
@@ -95,6 +98,7 @@ impl host::Host for PluginState {
         self.host
             .store
             .keys(Collection::PluginKv, &full, limit)
+            .await
             .unwrap_or_default()
             .into_iter()
             .map(|key| String::from_utf8_lossy(&key[namespace.len()..]).into_owned())
@@ -151,6 +155,7 @@ impl host::Host for PluginState {
             .host
             .store
             .history_tail(id, bounds.history_page_entries, bounds.history_page_bytes)
+            .await
             .unwrap_or_else(|error| {
                 tracing::warn!(plugin = &*self.plugin_name, %error, "reading history failed");
                 Vec::new()

@@ -39,7 +39,7 @@ impl Runtime {
                 runtime.reload(file).await;
                 runtime.inner.progress.write().pending.remove(file);
             }
-            runtime.end_vanished_installs();
+            runtime.end_vanished_installs().await;
             runtime.inner.progress.write().starting = false;
             let statuses = runtime.status();
             let count = |state| statuses.iter().filter(|s| s.state == state).count();
@@ -78,7 +78,7 @@ impl Runtime {
         // `symlink_metadata`: a dangling symlink is a file that is there (and
         // fails to load), not a removal that would end the install.
         if std::fs::symlink_metadata(file).is_err() {
-            self.unload(file);
+            self.unload(file).await;
             return;
         }
         let started = Instant::now();
@@ -126,7 +126,7 @@ impl Runtime {
         self.inner.progress.write().compiling.remove(file);
     }
 
-    fn unload(&self, file: &Path) {
+    async fn unload(&self, file: &Path) {
         let removed = {
             let mut registry = self.inner.registry.write();
             let removed = registry.by_file(file).map(|plugin| plugin.manifest.name.clone());
@@ -135,7 +135,7 @@ impl Runtime {
         };
         if let Some(name) = &removed {
             tracing::info!(plugin = %name, file = %file.display(), "plugin removed; its routes are withdrawn and its data deleted");
-            self.end_install(name, file);
+            self.end_install(name, file).await;
         }
         self.inner.load_errors.write().remove(file);
     }
@@ -143,32 +143,42 @@ impl Runtime {
     /// Record that the plugin `name` is installed at `file`; an install of the
     /// name at another file has ended (its file is gone, else the registry would
     /// have refused the name twice), so its key-value data goes.
-    fn begin_install(&self, name: &str, file: &Path) {
+    ///
+    /// On a store shared by a fleet the key-value data is the fleet's, and each
+    /// node has a plugins folder of its own: one node's install or removal says
+    /// nothing about the others', so no node deletes it (an operator does).
+    async fn begin_install(&self, name: &str, file: &Path) {
         let store = &self.inner.host.store;
+        if store.is_shared() {
+            return;
+        }
         let key = install_key(name);
         let here = file.to_string_lossy();
-        match store.get::<String>(Collection::Meta, &key) {
+        match store.get::<String>(Collection::Meta, &key).await {
             Ok(Some(recorded)) if recorded == here => return,
             Ok(Some(recorded)) => {
                 tracing::info!(plugin = name, previous = %recorded, file = %file.display(), "a new install of this plugin name; the previous install's data is deleted");
-                self.delete_kv(name);
+                self.delete_kv(name).await;
             }
             Ok(None) => {}
             Err(error) => tracing::warn!(plugin = name, %error, "cannot read the plugin's install record"),
         }
-        if let Err(error) = store.put(Collection::Meta, &key, &here.as_ref(), None) {
+        if let Err(error) = store.put(Collection::Meta, &key, &here.as_ref(), None).await {
             tracing::warn!(plugin = name, %error, "cannot record the plugin's install");
         }
     }
 
     /// The plugin `name` at `file` was removed: its install, and its data, end.
-    fn end_install(&self, name: &str, file: &Path) {
+    async fn end_install(&self, name: &str, file: &Path) {
         let store = &self.inner.host.store;
+        if store.is_shared() {
+            return;
+        }
         let key = install_key(name);
-        match store.get::<String>(Collection::Meta, &key) {
+        match store.get::<String>(Collection::Meta, &key).await {
             Ok(Some(recorded)) if recorded == file.to_string_lossy() => {
-                self.delete_kv(name);
-                if let Err(error) = store.remove(Collection::Meta, &key) {
+                self.delete_kv(name).await;
+                if let Err(error) = store.remove(Collection::Meta, &key).await {
                     tracing::warn!(plugin = name, %error, "cannot remove the plugin's install record");
                 }
             }
@@ -177,9 +187,15 @@ impl Runtime {
     }
 
     /// At start-up: installs whose file went away while the node was down end too.
-    fn end_vanished_installs(&self) {
+    async fn end_vanished_installs(&self) {
         let store = &self.inner.host.store;
-        let keys = match store.keys(Collection::Meta, INSTALL_PREFIX.as_bytes(), usize::MAX) {
+        if store.is_shared() {
+            return;
+        }
+        let keys = match store
+            .keys(Collection::Meta, INSTALL_PREFIX.as_bytes(), usize::MAX)
+            .await
+        {
             Ok(keys) => keys,
             Err(error) => {
                 tracing::warn!(%error, "cannot list plugin installs");
@@ -188,24 +204,25 @@ impl Runtime {
         };
         for key in keys {
             let name = String::from_utf8_lossy(&key[INSTALL_PREFIX.len()..]).into_owned();
-            if let Ok(Some(file)) = store.get::<String>(Collection::Meta, &key)
+            if let Ok(Some(file)) = store.get::<String>(Collection::Meta, &key).await
                 && std::fs::symlink_metadata(&file).is_err()
             {
                 tracing::info!(plugin = %name, file = %file, "plugin file gone since the last run; its data is deleted");
-                self.end_install(&name, Path::new(&file));
+                Box::pin(self.end_install(&name, Path::new(&file))).await;
             }
         }
     }
 
-    fn delete_kv(&self, name: &str) {
+    async fn delete_kv(&self, name: &str) {
         let store = &self.inner.host.store;
         let namespace = plugin_key(name, "");
-        let result = store
-            .keys(Collection::PluginKv, &namespace, usize::MAX)
-            .and_then(|keys| {
-                keys.iter()
-                    .try_for_each(|key| store.remove(Collection::PluginKv, key).map(|_| ()))
-            });
+        let result = async {
+            for key in store.keys(Collection::PluginKv, &namespace, usize::MAX).await? {
+                store.remove(Collection::PluginKv, &key).await?;
+            }
+            Ok::<(), crate::store::StoreError>(())
+        }
+        .await;
         if let Err(error) = result {
             tracing::warn!(plugin = name, %error, "cannot delete the plugin's key-value data");
         }
@@ -265,7 +282,7 @@ impl Runtime {
             let next = registry.with(plugin.clone()).map_err(LoadError::Conflict)?;
             *registry = Arc::new(next);
         }
-        self.begin_install(&plugin.manifest.name, file);
+        self.begin_install(&plugin.manifest.name, file).await;
         self.inner.load_errors.write().remove(file);
         let in_use = self
             .registry()

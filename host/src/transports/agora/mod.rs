@@ -126,18 +126,22 @@ async fn handle_start(
         request.protocol_hash.clone(),
         route.document.clone(),
         &reservation,
-    )?;
+    )
+    .await?;
     let id = reservation.id.clone();
     let reply = match run(state, &route.plugin, route.key, Some(&id), &body).await {
         Ok(reply) => reply,
         Err(error) => {
             // Nobody learns the id of a conversation whose first round failed.
-            state.store.remove(Collection::Conversations, id.as_bytes())?;
+            state
+                .store
+                .remove(Collection::Conversations, id.as_bytes())
+                .await?;
             return Err(error);
         }
     };
-    append(state, &id, "user", &request.body)?;
-    append(state, &id, "agent", &reply)?;
+    append(state, &id, "user", &request.body).await?;
+    append(state, &id, "agent", &reply).await?;
     state.store.commit().await?;
     reservation.keep();
     Ok(success(reply, Some((&id, record.expires_at))))
@@ -284,7 +288,7 @@ async fn handle_follow_up(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AgoraError> {
     let request = parse_request(state, headers, raw)?;
-    let conversation = load_conversation(state, id)?;
+    let conversation = load_conversation(state, id).await?;
     // §7.2: the protocol cannot change mid-conversation. agora-protocol 0.2.0
     // repeats the original hash on every follow-up, which changes nothing.
     if let Some(hash) = &request.protocol_hash
@@ -294,7 +298,7 @@ async fn handle_follow_up(
             "the protocol cannot change mid-conversation".into(),
         ));
     }
-    let conversation = reserve_round(state, id, conversation)?;
+    let conversation = reserve_round(state, id, conversation).await?;
     let registry = state.runtime.registry();
     let plugin = registry
         .by_name(&conversation.plugin)
@@ -303,8 +307,8 @@ async fn handle_follow_up(
     let route = conversation.protocol_hash.clone().unwrap_or_default();
     let body = plugin_body(&request.body, conversation.document.as_deref());
     let reply = run(state, &plugin, route, Some(id), &body).await?;
-    append(state, id, "user", &request.body)?;
-    append(state, id, "agent", &reply)?;
+    append(state, id, "user", &request.body).await?;
+    append(state, id, "agent", &reply).await?;
     state.store.commit().await?;
     Ok(success(reply, Some((id, conversation.expires_at))))
 }
@@ -314,9 +318,17 @@ async fn end_conversation(State(agora): State<Agora>, Path(id): Path<String>) ->
     let state = &agora.node;
     let dialect = state.config.agora.reference_dialect;
     let result = async {
-        load_conversation(state, &id)?;
-        state.store.remove(Collection::Conversations, id.as_bytes())?;
-        state.store.remove_history(&id)?;
+        load_conversation(state, &id).await?;
+        // Of two ends at once, on this node or another sharing the store, one
+        // takes the record and the other finds the conversation gone.
+        let taken = state
+            .store
+            .take::<Value>(Collection::Conversations, id.as_bytes())
+            .await?;
+        if taken.is_none() {
+            return Err(AgoraError::NotFound("Unknown conversation".into()));
+        }
+        state.store.remove_history(&id).await?;
         state.store.commit().await?;
         agora.limits.release(&id);
         Ok::<_, AgoraError>(success(Value::String("Conversation ended".into()), None))

@@ -34,16 +34,21 @@ pub(super) struct Agora {
 impl Agora {
     pub(super) fn new(node: NodeState) -> Agora {
         let limits = ConversationLimits::new(&node.config.agora);
-        restore_limits(&node, &limits);
+        // The caps are this node's. A shared store holds the whole fleet's
+        // conversations, which are not this node's to count; the embedded one
+        // answers at once, so waiting for it here blocks nothing.
+        if !node.store.is_shared() {
+            futures::executor::block_on(restore_limits(&node, &limits));
+        }
         Agora { node, limits }
     }
 }
 
 /// Count the conversations the store already holds, so a restart neither
 /// frees capacity an attacker filled nor forgets honest clients' places.
-fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
+async fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
     let now = now_ms() / 1000;
-    let ids = match node.store.keys(Collection::Conversations, b"", usize::MAX) {
+    let ids = match node.store.keys(Collection::Conversations, b"", usize::MAX).await {
         Ok(ids) => ids,
         Err(error) => {
             tracing::warn!(%error, "cannot count the stored Agora conversations");
@@ -55,6 +60,7 @@ fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
         if let Ok(Some(record)) = node
             .store
             .get::<Conversation>(Collection::Conversations, id.as_bytes())
+            .await
         {
             limits.restore(&id, record.client, record.expires_at, now);
         }
@@ -127,7 +133,7 @@ impl Drop for Reservation {
     }
 }
 
-pub(super) fn create_conversation(
+pub(super) async fn create_conversation(
     state: &NodeState,
     plugin: &str,
     protocol_hash: Option<String>,
@@ -143,17 +149,20 @@ pub(super) fn create_conversation(
         rounds: 1,
         client: Some(reservation.client.clone()),
     };
-    store_conversation(state, &reservation.id, &record)?;
+    store_conversation(state, &reservation.id, &record).await?;
     Ok(record)
 }
 
-fn store_conversation(state: &NodeState, id: &str, record: &Conversation) -> Result<(), AgoraError> {
-    state.store.put(
-        Collection::Conversations,
-        id.as_bytes(),
-        record,
-        Some(store_expiry_ms(record)),
-    )?;
+async fn store_conversation(state: &NodeState, id: &str, record: &Conversation) -> Result<(), AgoraError> {
+    state
+        .store
+        .put(
+            Collection::Conversations,
+            id.as_bytes(),
+            record,
+            Some(store_expiry_ms(record)),
+        )
+        .await?;
     Ok(())
 }
 
@@ -168,7 +177,7 @@ fn store_expiry_ms(record: &Conversation) -> u64 {
 
 /// Count a round before it runs, so a conversation's history stays within
 /// `max_history_entries` (two entries a round) even under concurrent follow-ups.
-pub(super) fn reserve_round(
+pub(super) async fn reserve_round(
     state: &NodeState,
     id: &str,
     mut current: Conversation,
@@ -184,32 +193,41 @@ pub(super) fn reserve_round(
             rounds: current.rounds + 1,
             ..current.clone()
         };
-        if state.store.update(
-            Collection::Conversations,
-            id.as_bytes(),
-            &current,
-            &next,
-            Some(store_expiry_ms(&next)),
-        )? {
+        if state
+            .store
+            .update(
+                Collection::Conversations,
+                id.as_bytes(),
+                &current,
+                &next,
+                Some(store_expiry_ms(&next)),
+            )
+            .await?
+        {
             return Ok(next);
         }
-        current = load_conversation(state, id)?;
+        current = load_conversation(state, id).await?;
     }
     Err(AgoraError::Overloaded)
 }
 
 /// A live conversation, or why there is none (§7.3: an expired id is never usable).
-pub(super) fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraError> {
+pub(super) async fn load_conversation(state: &NodeState, id: &str) -> Result<Conversation, AgoraError> {
     let unknown = || AgoraError::NotFound("Unknown conversation".into());
     if id.is_empty() || id.len() > MAX_CONVERSATION_ID_LEN {
         return Err(unknown());
     }
     let Some(mut conversation) = state
         .store
-        .get::<Conversation>(Collection::Conversations, id.as_bytes())?
+        .get::<Conversation>(Collection::Conversations, id.as_bytes())
+        .await?
     else {
         return Err(
-            if state.store.expired(Collection::Conversations, id.as_bytes())? {
+            if state
+                .store
+                .expired(Collection::Conversations, id.as_bytes())
+                .await?
+            {
                 AgoraError::ConversationExpired
             } else {
                 unknown()
@@ -219,17 +237,17 @@ pub(super) fn load_conversation(state: &NodeState, id: &str) -> Result<Conversat
     if now_ms() >= conversation.expires_at.saturating_mul(1000) {
         // Keep only what answering "expired" needs.
         if conversation.document.is_some() || conversation.rounds > 0 {
-            state.store.remove_history(id)?;
+            state.store.remove_history(id).await?;
             conversation.document = None;
             conversation.rounds = 0;
-            store_conversation(state, id, &conversation)?;
+            store_conversation(state, id, &conversation).await?;
         }
         return Err(AgoraError::ConversationExpired);
     }
     Ok(conversation)
 }
 
-pub(super) fn append(
+pub(super) async fn append(
     state: &NodeState,
     history_id: &str,
     role: &str,
@@ -239,6 +257,7 @@ pub(super) fn append(
     state
         .store
         .append_history(history_id, &entry, state.config.agora.max_history_entries)
+        .await
         .map_err(|error| match error {
             StoreError::Limit(message) => AgoraError::Rejected(message),
             other => other.into(),

@@ -96,7 +96,7 @@ pub(super) async fn dispatch(
             .await
             .answering(Some(&header.id)),
         "ACCEPT" => accept(service, sender, key, &header.payload, early).await,
-        "STATUS" => status(service, sender, &header.payload),
+        "STATUS" => status(service, sender, &header.payload).await,
         other => Err(EnvelopesError::BadRequest(format!(
             "this node does not take {other} envelopes; send HELLO, REQUEST, ACCEPT or STATUS"
         ))
@@ -235,7 +235,7 @@ fn offer_room(
     }
 }
 
-fn set_state(
+async fn set_state(
     service: &Service,
     sender: &str,
     request_id: &str,
@@ -249,12 +249,16 @@ fn set_state(
         updated_at_ms: now,
     };
     let ttl = service.node.config.envelopes.status_ttl_secs.saturating_mul(1000);
-    service.node.store.put(
-        Collection::Negotiations,
-        &request_key(sender, request_id),
-        &record,
-        Some(now.saturating_add(ttl)),
-    )?;
+    service
+        .node
+        .store
+        .put(
+            Collection::Negotiations,
+            &request_key(sender, request_id),
+            &record,
+            Some(now.saturating_add(ttl)),
+        )
+        .await?;
     Ok(())
 }
 
@@ -292,7 +296,7 @@ async fn request(
     }
     let _slot = slot(service)?;
     let request_id = header.id.as_str();
-    set_state(service, sender, request_id, &task.resource, TaskState::Pending)?;
+    set_state(service, sender, request_id, &task.resource, TaskState::Pending).await?;
     let cap = service.node.config.envelopes.request_timeout_ms;
     let timeout_ms = task.timeout_ms.map_or(cap, |ms| ms.min(cap));
     let mut body = json!({
@@ -306,7 +310,7 @@ async fn request(
     let outcome = if negotiated {
         offer(service, sender, key, request_id, &task, &plugin, body, timeout_ms).await
     } else {
-        set_state(service, sender, request_id, &task.resource, TaskState::Processing)?;
+        set_state(service, sender, request_id, &task.resource, TaskState::Processing).await?;
         match run(
             service,
             &plugin,
@@ -319,14 +323,14 @@ async fn request(
         .await
         {
             Ok(data) => {
-                set_state(service, sender, request_id, &task.resource, TaskState::Completed)?;
+                set_state(service, sender, request_id, &task.resource, TaskState::Completed).await?;
                 result_envelope(service, request_id, data)
             }
             Err(error) => Err(error),
         }
     };
     if outcome.is_err() {
-        set_state(service, sender, request_id, &task.resource, TaskState::Failed)?;
+        set_state(service, sender, request_id, &task.resource, TaskState::Failed).await?;
     }
     outcome
 }
@@ -397,25 +401,34 @@ async fn offer(
     };
     // Checked again: other REQUESTs may have taken the room while the quote ran.
     offer_room(service, key, task.params_bytes, Some((&offer_id, expires_at_ms)))?;
-    service.node.store.put(
-        Collection::Negotiations,
-        &params_key(&offer_id),
-        &task.params,
-        Some(expires_at_ms),
-    )?;
-    service.node.store.put(
-        Collection::Negotiations,
-        &offer_key(&offer_id),
-        &record,
-        Some(expires_at_ms.saturating_add(OFFER_MEMORY_MS)),
-    )?;
+    service
+        .node
+        .store
+        .put(
+            Collection::Negotiations,
+            &params_key(&offer_id),
+            &task.params,
+            Some(expires_at_ms),
+        )
+        .await?;
+    service
+        .node
+        .store
+        .put(
+            Collection::Negotiations,
+            &offer_key(&offer_id),
+            &record,
+            Some(expires_at_ms.saturating_add(OFFER_MEMORY_MS)),
+        )
+        .await?;
     set_state(
         service,
         sender,
         request_id,
         &task.resource,
         TaskState::Negotiating,
-    )?;
+    )
+    .await?;
     Ok(envelope)
 }
 
@@ -442,7 +455,7 @@ async fn accept(
     };
     let store = &service.node.store;
     let key = offer_key(&offer_id);
-    let Some(offer) = store.get::<OfferRecord>(Collection::Negotiations, &key)? else {
+    let Some(offer) = store.get::<OfferRecord>(Collection::Negotiations, &key).await? else {
         return Err(EnvelopesError::NotFound(format!("no offer {offer_id:?}")).into());
     };
     // Someone else's offer: say nothing about its request, and leave it untouched.
@@ -455,7 +468,9 @@ async fn accept(
         return Err(bad("this offer was already accepted")).answering(answering);
     }
     if now_ms() > offer.expires_at_ms {
-        set_state(service, sender, &request_id, &offer.resource, TaskState::Failed).answering(answering)?;
+        set_state(service, sender, &request_id, &offer.resource, TaskState::Failed)
+            .await
+            .answering(answering)?;
         return Err(EnvelopesError::Timeout("the offer has expired".into())).answering(answering);
     }
     let registry = service.node.runtime.registry();
@@ -472,6 +487,7 @@ async fn accept(
     let params = if offer.params.is_null() {
         let stored = store
             .get::<Value>(Collection::Negotiations, &params_key(&offer_id))
+            .await
             .answering(answering)?;
         // The params outlive the offer by nothing: gone means the ttl just passed.
         stored
@@ -492,6 +508,7 @@ async fn accept(
             &accepted,
             Some(offer.expires_at_ms.saturating_add(OFFER_MEMORY_MS)),
         )
+        .await
         .answering(answering)?;
     if !won {
         return Err(bad("this offer was already accepted")).answering(answering);
@@ -499,6 +516,7 @@ async fn accept(
     service.offers.lock().release(sender_key, &offer_id);
     store
         .remove(Collection::Negotiations, &params_key(&offer_id))
+        .await
         .answering(answering)?;
     set_state(
         service,
@@ -507,6 +525,7 @@ async fn accept(
         &offer.resource,
         TaskState::Processing,
     )
+    .await
     .answering(answering)?;
     if let Some(early) = early {
         // The connection learns at once that the task runs; the RESULT follows when ready.
@@ -544,12 +563,14 @@ async fn accept(
     } else {
         TaskState::Failed
     };
-    set_state(service, sender, &request_id, &offer.resource, state).answering(answering)?;
+    set_state(service, sender, &request_id, &offer.resource, state)
+        .await
+        .answering(answering)?;
     let data = outcome.answering(answering)?;
     result_envelope(service, &request_id, data).answering(answering)
 }
 
-fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -> Result<Value, Refusal> {
+async fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -> Result<Value, Refusal> {
     let Some(request_id) = payload.get("request_id").and_then(Value::as_str) else {
         return Err(bad("payload.request_id must be a string").into());
     };
@@ -558,6 +579,7 @@ fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -> Resu
         .node
         .store
         .get::<RequestRecord>(Collection::Negotiations, &request_key(sender, request_id))
+        .await
         .answering(answering)?
         .ok_or_else(|| EnvelopesError::NotFound(format!("no request {request_id:?} from you")))
         .answering(answering)?;

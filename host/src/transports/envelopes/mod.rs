@@ -113,7 +113,7 @@ impl Service {
         let key = verified.key.to_bytes();
         self.check_allowed(sender).answering(answers)?;
         self.check_fresh(header.timestamp_ms).answering(answers)?;
-        self.remember(sender, &header).answering(answers)?;
+        self.remember(sender, &header).await.answering(answers)?;
         self.check_rate(&key).answering(answers)?;
         flow::dispatch(self, sender, &key, header, early).await
     }
@@ -162,16 +162,17 @@ impl Service {
     }
 
     /// Record `(sender, id)` for as long as the envelope could pass the freshness check.
-    fn remember(&self, sender: &str, header: &signed::Header) -> Result<(), EnvelopesError> {
+    async fn remember(&self, sender: &str, header: &signed::Header) -> Result<(), EnvelopesError> {
         let fresh_until = header.timestamp_ms.saturating_add(self.skew_ms()) + 1000;
         let expires = u64::try_from(fresh_until).unwrap_or(0).max(now_ms() + 1000);
         let mut key = sender.as_bytes().to_vec();
         key.push(0);
         key.extend_from_slice(header.id.as_bytes());
-        let first =
-            self.node
-                .store
-                .insert_new(Collection::Replay, &key, &header.timestamp_ms, Some(expires))?;
+        let first = self
+            .node
+            .store
+            .insert_new(Collection::Replay, &key, &header.timestamp_ms, Some(expires))
+            .await?;
         if first {
             Ok(())
         } else {

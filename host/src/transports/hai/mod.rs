@@ -268,12 +268,13 @@ fn history_id(session_id: &str) -> String {
 impl Shared {
     /// Keep the session's record alive for another `session_ttl_secs`; the
     /// sweeper removes the record and its history once it lapses.
-    fn record_session(&self, session: &Session) -> Result<(), HaiError> {
+    async fn record_session(&self, session: &Session) -> Result<(), HaiError> {
         let key = history_id(&session.id);
         let store = &self.node.store;
         let now = now_ms();
         let created = store
-            .get::<Value>(Collection::Sessions, key.as_bytes())?
+            .get::<Value>(Collection::Sessions, key.as_bytes())
+            .await?
             .and_then(|record| record["created_at_ms"].as_u64())
             .unwrap_or(now);
         let expires = now.saturating_add(self.node.config.hai.session_ttl_secs * 1000);
@@ -282,18 +283,22 @@ impl Shared {
             key.as_bytes(),
             &json!({"created_at_ms": created, "last_used_ms": now, "secret_sha256": hex::encode(session.secret)}),
             Some(expires),
-        )?;
+        )
+        .await?;
         Ok(())
     }
 
     /// Append to the session's history (what `host::history()` returns to the plugin).
-    fn append(&self, session_id: &str, role: &str, body: Value) -> Result<(), HaiError> {
+    async fn append(&self, session_id: &str, role: &str, body: Value) -> Result<(), HaiError> {
         let entry = json!({"role": role, "body": body, "at": now_ms()});
-        self.node.store.append_history(
-            &history_id(session_id),
-            &entry,
-            self.node.config.hai.max_history_entries,
-        )?;
+        self.node
+            .store
+            .append_history(
+                &history_id(session_id),
+                &entry,
+                self.node.config.hai.max_history_entries,
+            )
+            .await?;
         Ok(())
     }
 
@@ -309,10 +314,10 @@ impl Shared {
     /// What the store knows of a session that is not in memory. An expired record
     /// not yet swept is removed with its history now: the id is free again, and a
     /// new owner must not see what the old one said.
-    fn stored_session(&self, session_id: &str) -> Result<Stored, HaiError> {
+    async fn stored_session(&self, session_id: &str) -> Result<Stored, HaiError> {
         let key = history_id(session_id);
         let store = &self.node.store;
-        match store.get::<Value>(Collection::Sessions, key.as_bytes())? {
+        match store.get::<Value>(Collection::Sessions, key.as_bytes()).await? {
             Some(record) => {
                 let hash = record["secret_sha256"]
                     .as_str()
@@ -321,9 +326,9 @@ impl Shared {
                 Ok(Stored::Known(hash))
             }
             None => {
-                if store.expired(Collection::Sessions, key.as_bytes())? {
-                    store.remove_history(&key)?;
-                    store.remove(Collection::Sessions, key.as_bytes())?;
+                if store.expired(Collection::Sessions, key.as_bytes()).await? {
+                    store.remove_history(&key).await?;
+                    store.remove(Collection::Sessions, key.as_bytes()).await?;
                 }
                 Ok(Stored::Unknown)
             }
@@ -332,7 +337,7 @@ impl Shared {
 
     /// The history endpoint's checks: the operator token, then the session's secret
     /// (its live copy, else its record). An unknown session has nothing to show.
-    fn authorize_history(
+    async fn authorize_history(
         &self,
         id: &str,
         query: &HashMap<String, String>,
@@ -350,7 +355,7 @@ impl Shared {
             access::presented_secret(query.get(access::SECRET_PARAM).map(String::as_str), headers);
         let expected = match self.hub.live(id) {
             Some(session) => Some(session.secret),
-            None => match self.stored_session(id)? {
+            None => match self.stored_session(id).await? {
                 Stored::Known(hash) => Some(hash.ok_or(HaiError::SessionSecret)?),
                 Stored::Unknown => None,
             },
@@ -363,7 +368,7 @@ impl Shared {
 
     /// One page of the session's history (`store.history_page_*` bounds it;
     /// `limit` may only lower the entry bound).
-    fn session_history(
+    async fn session_history(
         &self,
         session_id: &str,
         after: Option<u64>,
@@ -373,7 +378,8 @@ impl Shared {
         if self
             .node
             .store
-            .get::<Value>(Collection::Sessions, key.as_bytes())?
+            .get::<Value>(Collection::Sessions, key.as_bytes())
+            .await?
             .is_none()
         {
             return Ok(crate::store::HistoryPage {
@@ -388,7 +394,8 @@ impl Shared {
         Ok(self
             .node
             .store
-            .history_page(&key, after, limit, bounds.history_page_bytes)?)
+            .history_page(&key, after, limit, bounds.history_page_bytes)
+            .await?)
     }
 
     /// The moderation hook: refuse a message naming a blocked word or phrase
@@ -463,11 +470,13 @@ async fn history(
             })
             .transpose()
     };
-    let result = shared.authorize_history(&id, &query, &headers).and_then(|()| {
+    let result = async {
+        shared.authorize_history(&id, &query, &headers).await?;
         let after = number("after")?;
         let limit = number("limit")?.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-        shared.session_history(&id, after, limit)
-    });
+        shared.session_history(&id, after, limit).await
+    }
+    .await;
     match result {
         Ok(page) => {
             axum::Json(json!({"session_id": id, "entries": page.entries, "next_after": page.next_after}))
@@ -549,7 +558,7 @@ impl Connection {
         self.send_direct(Out::Frame(error.to_frame().to_text()))
     }
 
-    fn bind(&mut self, session_id: &str, secret: Option<&str>) -> Result<Arc<Session>, HaiError> {
+    async fn bind(&mut self, session_id: &str, secret: Option<&str>) -> Result<Arc<Session>, HaiError> {
         if let Some(session) = &self.session {
             if session.id != session_id {
                 return Err(HaiError::InvalidSession(format!(
@@ -561,8 +570,14 @@ impl Connection {
         }
         let secret = secret.or(self.secret.as_deref());
         let shared = &self.shared;
+        // Read before the hub's lock is taken (a store may wait on the network);
+        // if the session came alive meanwhile, the hub uses the live one instead.
+        let stored = match shared.hub.live(session_id) {
+            Some(_) => None,
+            None => Some(shared.stored_session(session_id).await?),
+        };
         let opened = shared.hub.open(session_id, secret, self.origin.ip, || {
-            shared.stored_session(session_id)
+            stored.ok_or_else(|| HaiError::Internal("the session ended while it was being opened".into()))
         })?;
         let session = match opened {
             Opened::Existing(session) => session,
@@ -588,7 +603,7 @@ impl Connection {
     /// Handle one text frame. `false` when the connection must close.
     async fn on_text(&mut self, text: &str) -> bool {
         let outcome = match wire::parse(text) {
-            Ok(Inbound::UserMessage(message)) => self.on_user_message(message),
+            Ok(Inbound::UserMessage(message)) => self.on_user_message(message).await,
             Ok(Inbound::ApprovalResponse(response)) => self.on_approval(response).await,
             Err(error) => Err(error),
         };
@@ -598,8 +613,10 @@ impl Connection {
         }
     }
 
-    fn on_user_message(&mut self, message: UserMessage) -> Result<(), HaiError> {
-        let session = self.bind(&message.session_id, message.session_secret.as_deref())?;
+    async fn on_user_message(&mut self, message: UserMessage) -> Result<(), HaiError> {
+        let session = self
+            .bind(&message.session_id, message.session_secret.as_deref())
+            .await?;
         let config = &self.shared.node.config.hai;
         session.admit(config.messages_per_minute)?;
         self.shared.moderate(&message.content)?;
@@ -636,7 +653,7 @@ impl Connection {
             "feedback": response.feedback,
         });
         // Not recorded, not acted on: the dropped decision ends the wait as unanswered.
-        self.shared.append(&session.id, "approval", entry)?;
+        self.shared.append(&session.id, "approval", entry).await?;
         self.shared.commit().await?;
         if !decision.deliver(outcome) {
             return Err(HaiError::UnknownApproval(response.approval_id));
@@ -670,7 +687,7 @@ async fn connection(
         secret,
     };
     if let Some(id) = initial_session
-        && let Err(error) = connection.bind(&id, None)
+        && let Err(error) = connection.bind(&id, None).await
     {
         connection.reply_error(&error);
     }

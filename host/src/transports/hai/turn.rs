@@ -69,12 +69,14 @@ async fn answer(
     origin: Origin,
     message: &UserMessage,
 ) -> Result<(), HaiError> {
-    shared.record_session(session)?;
-    shared.append(
-        &session.id,
-        "user",
-        json!({"content": message.content, "metadata": message.metadata}),
-    )?;
+    shared.record_session(session).await?;
+    shared
+        .append(
+            &session.id,
+            "user",
+            json!({"content": message.content, "metadata": message.metadata}),
+        )
+        .await?;
     shared.commit().await?;
     session.publish(&Outbound::Status {
         status: Status::Thinking,
@@ -132,12 +134,12 @@ async fn answer(
     let outcome = loop {
         tokio::select! {
             biased;
-            Some(event) = stream.recv() => turn.on_event(event),
+            Some(event) = stream.recv() => turn.on_event(event).await,
             outcome = &mut invoke => break outcome,
         }
     };
     while let Ok(event) = stream.try_recv() {
-        turn.on_event(event);
+        turn.on_event(event).await;
     }
     match outcome {
         Ok(reply) => turn.finish(&reply).await,
@@ -178,7 +180,7 @@ impl Turn<'_> {
         self.session.id.clone()
     }
 
-    fn on_event(&mut self, event: PluginEvent) {
+    async fn on_event(&mut self, event: PluginEvent) {
         match event.kind.as_str() {
             "chunk" | "assistant_message_chunk" => {
                 if let Some(content) = event.data["content"].as_str() {
@@ -201,8 +203,8 @@ impl Turn<'_> {
                     .as_str()
                     .map(|r| truncate_chars(r, MAX_REASONING_CHARS));
             }
-            APPROVAL_EVENT => self.approval_request(&event.data),
-            "tool_call" => self.tool_call(&event.data),
+            APPROVAL_EVENT => self.approval_request(&event.data).await,
+            "tool_call" => self.tool_call(&event.data).await,
             other => tracing::debug!(kind = other, "hai: event kind ignored"),
         }
     }
@@ -240,7 +242,7 @@ impl Turn<'_> {
         }
     }
 
-    fn approval_request(&mut self, data: &Value) {
+    async fn approval_request(&mut self, data: &Value) {
         let approval_id = data["approval_id"].as_str().unwrap_or_default();
         let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
         // Only the host's approver registers approvals; anything else is not one.
@@ -275,7 +277,8 @@ impl Turn<'_> {
         self.record(
             "approval_request",
             json!({"approval_id": approval_id, "tool_name": tool_name, "parameters": parameters, "risk_level": risk, "reasoning": reasoning}),
-        );
+        )
+        .await;
         self.session.publish(&Outbound::ToolApprovalRequest {
             tool_name,
             tool_description: data["description"].as_str().unwrap_or_default().to_string(),
@@ -287,7 +290,7 @@ impl Turn<'_> {
         });
     }
 
-    fn tool_call(&mut self, data: &Value) {
+    async fn tool_call(&mut self, data: &Value) {
         // The host's tool path writes these events; anything that does not read as
         // one (a plugin's forgery with a wrong shape) is dropped like any other forgery.
         let Ok(event) = ToolLifecycle::deserialize(data) else {
@@ -359,7 +362,8 @@ impl Turn<'_> {
             self.record(
                 "tool",
                 json!({"tool_call_id": call_id, "tool_name": tool_name, "status": status, "result": result}),
-            );
+            )
+            .await;
         }
         self.session.publish(&Outbound::ToolCall {
             tool_call_id: call_id.clone(),
@@ -435,11 +439,14 @@ impl Turn<'_> {
             self.chunk(&truncate_chars(stated, MAX_REPLY_BYTES / 4));
         }
         // On disk before the final frame: a client that saw the whole reply finds it in the history.
-        let recorded = self.shared.append(
-            &self.session.id,
-            "assistant",
-            json!({"content": self.text, "message_id": self.message_id, "agent_id": self.agent_id}),
-        );
+        let recorded = self
+            .shared
+            .append(
+                &self.session.id,
+                "assistant",
+                json!({"content": self.text, "message_id": self.message_id, "agent_id": self.agent_id}),
+            )
+            .await;
         let recorded = match recorded {
             Ok(()) => self.shared.commit().await,
             Err(error) => Err(error),
@@ -459,8 +466,8 @@ impl Turn<'_> {
     }
 
     /// History of tool results and approvals is best effort: a full history must not abort the answer.
-    fn record(&self, role: &str, body: Value) {
-        if let Err(error) = self.shared.append(&self.session.id, role, body) {
+    async fn record(&self, role: &str, body: Value) {
+        if let Err(error) = self.shared.append(&self.session.id, role, body).await {
             tracing::warn!(session = %self.session.id, %error, "hai: history not recorded");
         }
     }

@@ -69,6 +69,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::error::SubmitError;
+pub use self::state::fleet_seed;
 use self::state::{UagentsState, claim_once, node_identity};
 use self::wire::{
     check_policy, empty_ok, error_message, invoke_error_text, now_secs, plugin_protocol_digest, plugin_reply,
@@ -187,7 +188,7 @@ async fn submit(
             .not_found_yet()
             .map_err(|_| SubmitError::Overloaded)?;
     }
-    let replay_key = claim_once(&state, &envelope, now)?;
+    let replay_key = claim_once(&state, &envelope, now).await?;
 
     let registry = state.node.runtime.registry();
     let reply = match registry.uagents_model(&envelope.schema_digest).cloned() {
@@ -204,7 +205,7 @@ async fn submit(
                 Ok(text) => plugin_reply(&plugin.manifest, &envelope.schema_digest, &text),
                 Err(InvokeError::Overloaded) => {
                     // Nothing happened: let the sender try the same envelope again.
-                    let _ = state.node.store.remove(Collection::Replay, &replay_key);
+                    let _ = state.node.store.remove(Collection::Replay, &replay_key).await;
                     return Err(SubmitError::Overloaded);
                 }
                 Err(error) => {

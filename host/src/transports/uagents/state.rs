@@ -32,15 +32,43 @@ pub(super) struct UagentsState {
 
 /// The node's uAgents identity: from `uagents.seed`, else from a random seed
 /// generated once and kept in `{data_dir}/uagents.seed` (owner-only).
+///
+/// A fleet's nodes are one agent: on a shared store the node has put the
+/// fleet's seed into `uagents.seed` before this runs ([`fleet_seed`]).
 pub fn node_identity(config: &Config, store: &Store) -> Result<AgentIdentity, String> {
     if !config.uagents.seed.is_empty() {
         return AgentIdentity::from_seed(&config.uagents.seed).map_err(|e| e.to_string());
     }
+    // Only the embedded store gets here, and it answers without waiting.
+    futures::executor::block_on(seed_from_file(config, store))
+}
+
+/// The seed every node of a fleet shares: made once by whichever node asks
+/// first, kept in the shared store.
+pub async fn fleet_seed(store: &Store) -> Result<String, String> {
+    let mut fresh = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut fresh);
+    let fresh = hex::encode(fresh);
+    store
+        .insert_new(Collection::Meta, SEED_KEY, &fresh, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    store
+        .get::<String>(Collection::Meta, SEED_KEY)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "the fleet's uAgents seed vanished from the store".to_string())
+}
+
+async fn seed_from_file(config: &Config, store: &Store) -> Result<AgentIdentity, String> {
     let path = config.data_dir.join(SEED_FILE);
     let shown = path.display().to_string();
     if !path.exists() {
         // A seed an older version kept in the store moves to the file, so the address stays.
-        let stored: Option<String> = store.get(Collection::Meta, SEED_KEY).map_err(|e| e.to_string())?;
+        let stored: Option<String> = store
+            .get(Collection::Meta, SEED_KEY)
+            .await
+            .map_err(|e| e.to_string())?;
         let seed = stored.unwrap_or_else(|| {
             let mut fresh = [0u8; 32];
             rand::rngs::OsRng.fill_bytes(&mut fresh);
@@ -54,6 +82,7 @@ pub fn node_identity(config: &Config, store: &Store) -> Result<AgentIdentity, St
         }
         store
             .remove(Collection::Meta, SEED_KEY)
+            .await
             .map_err(|e| e.to_string())?;
     }
     let bytes = read_secret_file(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
@@ -64,7 +93,7 @@ pub fn node_identity(config: &Config, store: &Store) -> Result<AgentIdentity, St
 /// Accept a (sender, digest) once for as long as the envelope could be valid; returns
 /// the key it holds. `expires` is at most `max_expiry_secs` ahead (checked before), so
 /// the entry's life is bounded.
-pub(super) fn claim_once(
+pub(super) async fn claim_once(
     state: &UagentsState,
     envelope: &Envelope,
     now: u64,
@@ -72,12 +101,16 @@ pub(super) fn claim_once(
     let key = format!("uagents\0{}\0{}", envelope.sender, hex::encode(envelope.digest())).into_bytes();
     let window = state.node.config.uagents.replay_window_secs;
     let until_secs = envelope.expires.unwrap_or(now).max(now).saturating_add(window);
-    let first = state.node.store.insert_new(
-        Collection::Replay,
-        &key,
-        &now,
-        Some(until_secs.saturating_mul(1000)),
-    )?;
+    let first = state
+        .node
+        .store
+        .insert_new(
+            Collection::Replay,
+            &key,
+            &now,
+            Some(until_secs.saturating_mul(1000)),
+        )
+        .await?;
     if first {
         Ok(key)
     } else {

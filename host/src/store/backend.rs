@@ -1,0 +1,126 @@
+//! The one storage trait: what every backend must provide, on raw JSON bytes.
+//!
+//! The typed API the transports use is [`super::Store`]; it serializes with
+//! serde and calls this trait, so a backend never sees a Rust type and the
+//! transports never see a backend. Each method is one atomic step in the
+//! backend (a sled transaction or compare-and-swap, one SQL statement or
+//! transaction): the fleet guarantees — a replay accepted once, an offer
+//! accepted once, a history that never overruns its quota — rest on that, not
+//! on any read-then-write in the caller.
+//!
+//! Values are the JSON text of one value. Expiry is Unix milliseconds by the
+//! node's clock; an entry whose expiry has passed reads as absent at once, and
+//! [`Backend::sweep`] removes it later.
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use super::{Collection, HistoryPage, Result};
+
+/// A stored value and its expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEntry {
+    /// JSON text.
+    pub value: Vec<u8>,
+    pub expires_at_ms: Option<u64>,
+}
+
+/// One message between the nodes of a fleet (see [`Backend::publish`]).
+#[derive(Debug, Clone)]
+pub struct FleetMessage {
+    pub topic: String,
+    pub payload: std::sync::Arc<[u8]>,
+}
+
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// `"sled"` or `"postgres"`, for `/health` and logs.
+    fn name(&self) -> &'static str;
+
+    /// The live entry under `key`, or `None` (absent or expired).
+    async fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>>;
+
+    /// Whether `key` holds an entry whose expiry has passed (not swept yet), so
+    /// an expired id can be told from an unknown one.
+    async fn is_expired(&self, collection: Collection, key: &[u8]) -> Result<bool>;
+
+    async fn put(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<()>;
+
+    /// Remove `key`; whether any entry (live or expired) was there.
+    async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool>;
+
+    /// Remove `key` and return its entry if it was live: of several callers
+    /// taking the same key at once, exactly one gets it.
+    async fn take(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>>;
+
+    /// Insert only if `key` is absent or expired; `false` when a live entry is
+    /// there. Of several callers inserting the same key at once, exactly one
+    /// gets `true`.
+    async fn insert_new(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<bool>;
+
+    /// Replace the live entry under `key` only if its value equals `expected`
+    /// as JSON (key order and spacing aside); `false` when absent, expired or changed.
+    async fn compare_and_swap(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        expected: &[u8],
+        new: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<bool>;
+
+    /// Append one entry to the history `id`, refused with
+    /// [`super::StoreError::Limit`] when it holds `max_entries` entries or the
+    /// entry would take it past `max_bytes` of stored JSON.
+    async fn append_history(&self, id: &str, entry: &[u8], max_entries: u64, max_bytes: u64) -> Result<()>;
+
+    /// Entries of `id` after sequence number `after` (from the start when
+    /// `None`), oldest first: at most `max_entries`, and at most `max_bytes`
+    /// unless the first entry alone is larger (then it is the page).
+    async fn history_page(
+        &self,
+        id: &str,
+        after: Option<u64>,
+        max_entries: usize,
+        max_bytes: usize,
+    ) -> Result<HistoryPage<Vec<u8>>>;
+
+    /// The most recent entries of `id` within the same bounds, oldest first.
+    async fn history_tail(&self, id: &str, max_entries: usize, max_bytes: usize) -> Result<Vec<Vec<u8>>>;
+
+    async fn remove_history(&self, id: &str) -> Result<()>;
+
+    /// Keys of `collection` starting with `prefix`, in byte order, at most `limit`.
+    async fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>>;
+
+    /// Remove expired entries (and the histories of expired conversations and
+    /// sessions); how many entries went.
+    async fn sweep(&self) -> Result<usize>;
+
+    /// Wait until every write so far is durable. A backend whose writes are
+    /// committed when they return (PostgreSQL) returns at once.
+    async fn commit(&self) -> Result<()>;
+
+    /// Whether the backend answers now (`/health`).
+    async fn ping(&self) -> Result<()>;
+
+    /// Send `payload` to every *other* node sharing this store, under `topic`.
+    /// A single-node backend has nobody to tell and returns at once.
+    async fn publish(&self, topic: &str, payload: &[u8]) -> Result<()>;
+
+    /// Messages other nodes published, from now on. A receiver that falls
+    /// behind loses the oldest (`RecvError::Lagged`), never blocks the sender.
+    fn subscribe(&self) -> broadcast::Receiver<FleetMessage>;
+}

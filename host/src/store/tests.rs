@@ -1,0 +1,456 @@
+//! The store's own suite, run against every backend: each test is an
+//! `async fn(Store)` and [`on_every_backend!`] makes one `#[tokio::test]` of
+//! it per backend, so sled and PostgreSQL are held to the same behaviour.
+
+use serde::de::DeserializeOwned;
+
+use super::*;
+
+/// One test per backend for each named `async fn(Store)`.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod on_sled {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::sled_store()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    many_concurrent_commits_all_complete,
+    expired_entries_read_as_absent_and_are_swept,
+    insert_new_refuses_a_live_duplicate_but_reuses_an_expired_one,
+    racing_inserts_of_one_key_admit_exactly_one,
+    compare_and_swap_needs_the_current_value_and_admits_one_racer,
+    take_hands_an_entry_to_exactly_one_racer,
+    keys_are_listed_by_prefix_in_order_within_the_limit,
+    history_appends_in_order_and_is_bounded,
+    history_pages_follow_the_cursor_within_entry_and_byte_caps,
+    an_entry_larger_than_the_byte_cap_is_a_page_of_its_own,
+    the_byte_quota_refuses_an_append_and_ending_the_history_frees_it,
+    concurrent_appenders_lose_nothing,
+    concurrent_appenders_cannot_overrun_the_entry_limit,
+    sweeping_an_expired_conversation_ends_its_history,
+);
+
+fn sled_store() -> Store {
+    Store::temporary().expect("temporary sled store")
+}
+
+async fn many_concurrent_commits_all_complete(store: Store) {
+    let tasks: Vec<_> = (0..64u32)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .put(Collection::Meta, &i.to_be_bytes(), &i, None)
+                    .await
+                    .unwrap();
+                store.commit().await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        store
+            .get::<u32>(Collection::Meta, &7u32.to_be_bytes())
+            .await
+            .unwrap(),
+        Some(7)
+    );
+}
+
+async fn expired_entries_read_as_absent_and_are_swept(store: Store) {
+    store
+        .put(Collection::Replay, b"old", &1, Some(now_ms() - 1))
+        .await
+        .unwrap();
+    store
+        .put(Collection::Replay, b"live", &2, Some(now_ms() + 60_000))
+        .await
+        .unwrap();
+    store.put(Collection::Replay, b"forever", &3, None).await.unwrap();
+    assert_eq!(store.get::<i32>(Collection::Replay, b"old").await.unwrap(), None);
+    assert!(store.expired(Collection::Replay, b"old").await.unwrap());
+    assert!(!store.expired(Collection::Replay, b"live").await.unwrap());
+    assert!(!store.expired(Collection::Replay, b"unknown").await.unwrap());
+    assert_eq!(store.sweep().await.unwrap(), 1);
+    assert!(!store.expired(Collection::Replay, b"old").await.unwrap());
+    assert_eq!(
+        store.get::<i32>(Collection::Replay, b"live").await.unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        store.get::<i32>(Collection::Replay, b"forever").await.unwrap(),
+        Some(3)
+    );
+    let (value, expiry) = store
+        .get_with_expiry::<i32>(Collection::Replay, b"live")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(value, 2);
+    assert!(expiry.is_some_and(|at| at > now_ms()));
+}
+
+async fn insert_new_refuses_a_live_duplicate_but_reuses_an_expired_one(store: Store) {
+    let later = Some(now_ms() + 60_000);
+    assert!(
+        store
+            .insert_new(Collection::Replay, b"k", &1, later)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .insert_new(Collection::Replay, b"k", &2, later)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.get::<i32>(Collection::Replay, b"k").await.unwrap(), Some(1));
+    store
+        .put(Collection::Replay, b"e", &1, Some(now_ms() - 1))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .insert_new(Collection::Replay, b"e", &5, None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.get::<i32>(Collection::Replay, b"e").await.unwrap(), Some(5));
+}
+
+async fn racing_inserts_of_one_key_admit_exactly_one(store: Store) {
+    for round in 0..20u32 {
+        let key = format!("race-{round}");
+        let racers: Vec<_> = (0..8u32)
+            .map(|racer| {
+                let store = store.clone();
+                let key = key.clone();
+                tokio::spawn(async move {
+                    store
+                        .insert_new(
+                            Collection::Replay,
+                            key.as_bytes(),
+                            &racer,
+                            Some(now_ms() + 60_000),
+                        )
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for racer in racers {
+            admitted += usize::from(racer.await.unwrap());
+        }
+        assert_eq!(admitted, 1, "round {round}");
+    }
+}
+
+async fn compare_and_swap_needs_the_current_value_and_admits_one_racer(store: Store) {
+    let record = serde_json::json!({"state": "offered", "price": 3, "nested": {"a": 1, "b": [1, 2]}});
+    store
+        .put(Collection::Negotiations, b"o", &record, None)
+        .await
+        .unwrap();
+    let stale = serde_json::json!({"state": "other"});
+    let accepted = serde_json::json!({"state": "accepted"});
+    assert!(
+        !store
+            .update(Collection::Negotiations, b"o", &stale, &accepted, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .update(Collection::Negotiations, b"missing", &record, &accepted, None)
+            .await
+            .unwrap()
+    );
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            let (record, accepted) = (record.clone(), accepted.clone());
+            tokio::spawn(async move {
+                store
+                    .update(Collection::Negotiations, b"o", &record, &accepted, None)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for racer in racers {
+        winners += usize::from(racer.await.unwrap());
+    }
+    assert_eq!(winners, 1);
+    assert_eq!(
+        store
+            .get::<serde_json::Value>(Collection::Negotiations, b"o")
+            .await
+            .unwrap(),
+        Some(accepted.clone())
+    );
+    // An expired entry cannot be swapped.
+    store
+        .put(Collection::Negotiations, b"gone", &record, Some(now_ms() - 1))
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .update(Collection::Negotiations, b"gone", &record, &accepted, None)
+            .await
+            .unwrap()
+    );
+}
+
+async fn take_hands_an_entry_to_exactly_one_racer(store: Store) {
+    store
+        .put(Collection::Approvals, b"a1", &"pending", Some(now_ms() + 60_000))
+        .await
+        .unwrap();
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.take::<String>(Collection::Approvals, b"a1").await.unwrap() })
+        })
+        .collect();
+    let mut taken = Vec::new();
+    for racer in racers {
+        taken.extend(racer.await.unwrap());
+    }
+    assert_eq!(taken, vec!["pending".to_string()]);
+    store
+        .put(Collection::Approvals, b"old", &"pending", Some(now_ms() - 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.take::<String>(Collection::Approvals, b"old").await.unwrap(),
+        None
+    );
+    assert!(!store.remove(Collection::Approvals, b"old").await.unwrap());
+}
+
+async fn keys_are_listed_by_prefix_in_order_within_the_limit(store: Store) {
+    for key in ["p\0b", "p\0a", "p\0c", "q\0a", "p"] {
+        store
+            .put(Collection::PluginKv, key.as_bytes(), &1, None)
+            .await
+            .unwrap();
+    }
+    let keys = store.keys(Collection::PluginKv, b"p\0", 10).await.unwrap();
+    assert_eq!(keys, vec![b"p\0a".to_vec(), b"p\0b".to_vec(), b"p\0c".to_vec()]);
+    let keys = store.keys(Collection::PluginKv, b"p\0", 2).await.unwrap();
+    assert_eq!(keys.len(), 2);
+    assert!(store.remove(Collection::PluginKv, b"p\0a").await.unwrap());
+    assert!(!store.remove(Collection::PluginKv, b"p\0a").await.unwrap());
+    assert_eq!(store.keys(Collection::PluginKv, b"", 100).await.unwrap().len(), 4);
+    // Collections do not see each other's keys.
+    assert!(store.keys(Collection::Meta, b"", 100).await.unwrap().is_empty());
+}
+
+async fn whole<T: DeserializeOwned>(store: &Store, id: &str) -> Vec<T> {
+    store
+        .history_page(id, None, usize::MAX, usize::MAX)
+        .await
+        .unwrap()
+        .entries
+}
+
+async fn history_appends_in_order_and_is_bounded(store: Store) {
+    for i in 0..3 {
+        store.append_history("c1", &i, 3).await.unwrap();
+    }
+    store.append_history("c2", &9, 3).await.unwrap();
+    assert_eq!(whole::<i32>(&store, "c1").await, vec![0, 1, 2]);
+    let refused = store.append_history("c1", &3, 3).await.unwrap_err();
+    assert!(refused.is_quota(), "{refused}");
+    assert_eq!(whole::<i32>(&store, "c2").await, vec![9]);
+    // An id that is a prefix of another ("c" of "c1") reads only its own entries.
+    store.append_history("c", &7, 3).await.unwrap();
+    assert_eq!(whole::<i32>(&store, "c").await, vec![7]);
+}
+
+async fn history_pages_follow_the_cursor_within_entry_and_byte_caps(store: Store) {
+    for i in 0..10u32 {
+        store.append_history("h", &i, 100).await.unwrap();
+    }
+    let mut read = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .history_page::<u32>("h", after, 3, usize::MAX)
+            .await
+            .unwrap();
+        assert!(page.entries.len() <= 3);
+        read.extend(page.entries);
+        pages += 1;
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(read, (0..10).collect::<Vec<_>>());
+    assert_eq!(pages, 4);
+    // Each entry is one byte of JSON: a 4-byte cap gives four entries.
+    let page = store.history_page::<u32>("h", Some(1), 100, 4).await.unwrap();
+    assert_eq!(page.entries, vec![2, 3, 4, 5]);
+    assert_eq!(page.next_after, Some(5));
+    let after_last = store.history_page::<u32>("h", Some(9), 100, 100).await.unwrap();
+    assert!(after_last.entries.is_empty());
+    let past_everything = store
+        .history_page::<u32>("h", Some(u64::MAX), 100, 100)
+        .await
+        .unwrap();
+    assert!(past_everything.entries.is_empty());
+    // The tail is the most recent entries that fit, oldest first.
+    assert_eq!(
+        store.history_tail::<u32>("h", 3, usize::MAX).await.unwrap(),
+        vec![7, 8, 9]
+    );
+    assert_eq!(store.history_tail::<u32>("h", 100, 2).await.unwrap(), vec![8, 9]);
+}
+
+async fn an_entry_larger_than_the_byte_cap_is_a_page_of_its_own(store: Store) {
+    let big = "x".repeat(1000);
+    store.append_history("h", &"a", 10).await.unwrap();
+    store.append_history("h", &big, 10).await.unwrap();
+    store.append_history("h", &"b", 10).await.unwrap();
+    let first = store.history_page::<String>("h", None, 10, 100).await.unwrap();
+    assert_eq!(first.entries, vec!["a".to_string()]);
+    let second = store
+        .history_page::<String>("h", first.next_after, 10, 100)
+        .await
+        .unwrap();
+    assert_eq!(second.entries, vec![big]);
+    let third = store
+        .history_page::<String>("h", second.next_after, 10, 100)
+        .await
+        .unwrap();
+    assert_eq!(third.entries, vec!["b".to_string()]);
+    assert_eq!(third.next_after, None);
+}
+
+async fn the_byte_quota_refuses_an_append_and_ending_the_history_frees_it(store: Store) {
+    let store = store.with_history_quota(100);
+    let entry = "y".repeat(38); // 40 bytes of JSON
+    store.append_history("q", &entry, 1000).await.unwrap();
+    store.append_history("q", &entry, 1000).await.unwrap();
+    let refused = store.append_history("q", &entry, 1000).await.unwrap_err();
+    assert!(refused.is_quota(), "{refused}");
+    assert!(refused.to_string().contains("100 bytes"), "{refused}");
+    // A smaller entry that still fits is taken; another history is unaffected.
+    store.append_history("q", &"z", 1000).await.unwrap();
+    store.append_history("other", &entry, 1000).await.unwrap();
+    assert_eq!(whole::<String>(&store, "q").await.len(), 3);
+    store.remove_history("q").await.unwrap();
+    assert!(whole::<String>(&store, "q").await.is_empty());
+    store.append_history("q", &entry, 1000).await.unwrap();
+    store.append_history("q", &entry, 1000).await.unwrap();
+}
+
+async fn concurrent_appenders_lose_nothing(store: Store) {
+    let writers: Vec<_> = (0..8u32)
+        .map(|writer| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..50u32 {
+                    store
+                        .append_history("shared", &(writer * 1000 + i), 10_000)
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let ordered = whole::<u32>(&store, "shared").await;
+    let mut all = ordered.clone();
+    assert_eq!(all.len(), 400);
+    all.sort_unstable();
+    let expected: Vec<u32> = (0..8).flat_map(|w| (0..50).map(move |i| w * 1000 + i)).collect();
+    assert_eq!(all, expected);
+    // Each writer's own entries stay in the order it appended them.
+    for writer in 0..8 {
+        let mine: Vec<u32> = ordered.iter().copied().filter(|v| v / 1000 == writer).collect();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]));
+    }
+}
+
+async fn concurrent_appenders_cannot_overrun_the_entry_limit(store: Store) {
+    let writers: Vec<_> = (0..8u32)
+        .map(|writer| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut accepted = 0;
+                for i in 0..50u32 {
+                    if store
+                        .append_history("capped", &(writer * 1000 + i), 100)
+                        .await
+                        .is_ok()
+                    {
+                        accepted += 1;
+                    }
+                }
+                accepted
+            })
+        })
+        .collect();
+    let mut accepted = 0;
+    for writer in writers {
+        accepted += writer.await.unwrap();
+    }
+    assert_eq!(accepted, 100);
+    assert_eq!(whole::<u32>(&store, "capped").await.len(), 100);
+}
+
+async fn sweeping_an_expired_conversation_ends_its_history(store: Store) {
+    store
+        .put(Collection::Conversations, b"gone", &1, Some(now_ms() - 1))
+        .await
+        .unwrap();
+    store
+        .put(Collection::Conversations, b"kept", &1, Some(now_ms() + 60_000))
+        .await
+        .unwrap();
+    store.append_history("gone", &"a", 10).await.unwrap();
+    store.append_history("kept", &"b", 10).await.unwrap();
+    assert_eq!(store.sweep().await.unwrap(), 1);
+    assert!(whole::<String>(&store, "gone").await.is_empty());
+    assert_eq!(whole::<String>(&store, "kept").await, vec!["b".to_string()]);
+    // The ended history starts afresh, within its limit again.
+    store.append_history("gone", &"c", 1).await.unwrap();
+}
+
+/// sled only: a history written before the counters existed.
+#[tokio::test]
+async fn a_history_without_counters_is_counted_once_and_continued() {
+    let backend = std::sync::Arc::new(sled::SledBackend::temporary().unwrap());
+    let tree = backend.history_tree();
+    for i in 0..3u64 {
+        let mut key = sled::history_prefix("old");
+        key.extend_from_slice(&i.to_be_bytes());
+        tree.insert(key, serde_json::to_vec(&i).unwrap()).unwrap();
+    }
+    let store = Store::new(backend);
+    store.append_history("old", &3u64, 4).await.unwrap();
+    assert_eq!(whole::<u64>(&store, "old").await, vec![0, 1, 2, 3]);
+    assert!(
+        store
+            .append_history("old", &4u64, 4)
+            .await
+            .unwrap_err()
+            .is_quota()
+    );
+}
