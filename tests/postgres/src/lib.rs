@@ -1,0 +1,320 @@
+//! A real PostgreSQL for the tests: Debian's `postgresql` package, a cluster
+//! in a temp folder on a free loopback port, a fresh database per test.
+//!
+//! Why a real server and not a mock: the PostgreSQL backend's guarantees (one
+//! winner of a race, migrations applied once by several nodes, recovery after
+//! the database went away, durability of acknowledged writes) are properties
+//! of the server's locking and commit, which only the server can show. The
+//! cluster runs with PostgreSQL's default durability (`fsync` on) unless
+//! `AGORA_TEST_PG_FAST=1` asks for `fsync=off, synchronous_commit=off`.
+//!
+//! PostgreSQL refuses to run as root: when the tests run as root, the folder is
+//! handed to the `postgres` system user (created by the Debian package) and the
+//! server tools run with its uid and gid.
+//!
+//! **No server outlives the test process.** Next to the server runs a watchdog
+//! (`sh`) whose standard input is a pipe from the test process; the test
+//! process never writes to it, and only it holds the write end (std opens pipes
+//! close-on-exec, so no other child inherits it). However the test process
+//! ends — normally, by a panic, by `SIGKILL` — the kernel closes that end, the
+//! watchdog's `read` returns, and it stops the server (`SIGQUIT`, immediate
+//! shutdown) and removes the folder. Server and watchdog run in their own
+//! process group, so a Ctrl-C at the terminal reaches the tests, not them
+//! mid-cleanup. [`Postgres`]'s `Drop` does the same at once for clusters a test
+//! owns; [`Postgres::shared`] lives until the process ends.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const NOT_INSTALLED: &str = "PostgreSQL's server tools (initdb, postgres, pg_ctl) were not found on PATH or in \
+     /usr/lib/postgresql/*/bin: install Debian's postgresql package (./x test does)";
+
+/// How long a start may take before the test fails with the server's log.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The role `initdb` creates; every database belongs to it, trust auth on loopback.
+const ROLE: &str = "agora";
+
+/// One PostgreSQL cluster, stopped and removed on drop.
+pub struct Postgres {
+    bin: PathBuf,
+    /// The temp folder: `data/` (the cluster), `server.log`, and the unix socket.
+    root: PathBuf,
+    port: u16,
+    /// `Some` when running as root: the `postgres` system user's uid and gid.
+    run_as: Option<(u32, u32)>,
+    server: Mutex<Option<Child>>,
+    /// The watchdog, its stdin pipe held open and never written (see the module doc).
+    watchdog: Mutex<Child>,
+    databases: AtomicU32,
+}
+
+impl Postgres {
+    /// A new cluster of its own, running. Panics with a clear message when
+    /// PostgreSQL is not installed or does not start.
+    pub fn start() -> Postgres {
+        let bin = find_bin().unwrap_or_else(|| panic!("{NOT_INSTALLED}"));
+        static CLUSTERS: AtomicU32 = AtomicU32::new(0);
+        let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let root = std::env::temp_dir().join(format!("agora-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("creating the cluster's temp folder");
+        let run_as = running_as_root().then(postgres_user);
+        if let Some((uid, gid)) = run_as {
+            std::os::unix::fs::chown(&root, Some(uid), Some(gid)).expect("handing the folder to postgres");
+        }
+        let watchdog = spawn_watchdog(&root);
+        let cluster = Postgres {
+            bin,
+            root,
+            port: free_port(),
+            run_as,
+            server: Mutex::new(None),
+            watchdog: Mutex::new(watchdog),
+            databases: AtomicU32::new(0),
+        };
+        cluster.initdb();
+        cluster.spawn_server();
+        cluster
+    }
+
+    /// One cluster for the whole test process, started by the first caller.
+    pub fn shared() -> &'static Postgres {
+        static SHARED: OnceLock<Postgres> = OnceLock::new();
+        SHARED.get_or_init(Postgres::start)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The connection URL of database `db` (TCP on loopback, no password).
+    pub fn url_for(&self, db: &str) -> String {
+        format!("postgres://{ROLE}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A fresh, empty database; its URL.
+    pub fn create_database(&self) -> String {
+        let name = format!("test_{}", self.databases.fetch_add(1, Ordering::Relaxed));
+        let status = Command::new(self.bin.join("createdb"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", ROLE, &name])
+            .status()
+            .expect("running createdb");
+        assert!(status.success(), "createdb {name} failed");
+        self.url_for(&name)
+    }
+
+    /// Stop the server (fast shutdown: sessions are cut, nothing committed is
+    /// lost); the data stays for [`Postgres::restart`].
+    pub fn stop(&self) {
+        let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut child) = server.take() {
+            let stopped = self
+                .server_tool("pg_ctl")
+                .args(["stop", "-w", "-m", "fast", "-D"])
+                .arg(self.data())
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !stopped {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the server again on the same port with the same data.
+    pub fn restart(&self) {
+        self.stop();
+        self.spawn_server();
+    }
+
+    fn data(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    /// A PostgreSQL server program, run as the `postgres` user when we are root.
+    fn server_tool(&self, name: &str) -> Command {
+        let mut command = Command::new(self.bin.join(name));
+        if let Some((uid, gid)) = self.run_as {
+            command.uid(uid).gid(gid);
+        }
+        command.env("LC_ALL", "C").current_dir(&self.root);
+        command
+    }
+
+    fn initdb(&self) {
+        let output = self
+            .server_tool("initdb")
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                ROLE,
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+                "-D",
+            ])
+            .arg(self.data())
+            .output()
+            .expect("running initdb");
+        assert!(
+            output.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn spawn_server(&self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("opening the server log");
+        let mut command = self.server_tool("postgres");
+        command
+            .arg("-D")
+            .arg(self.data())
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.root)
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400"]);
+        if std::env::var_os("AGORA_TEST_PG_FAST").is_some_and(|v| v == "1") {
+            command.args(["-c", "fsync=off", "-c", "synchronous_commit=off"]);
+        }
+        let child = command
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("starting postgres");
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        self.wait_until_ready();
+    }
+
+    fn wait_until_ready(&self) {
+        let started = Instant::now();
+        loop {
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", ROLE])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            let exited = self
+                .server
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+                .is_none_or(|child| child.try_wait().ok().flatten().is_some());
+            if exited || started.elapsed() > START_TIMEOUT {
+                panic!(
+                    "PostgreSQL did not start on port {}; its log:\n{}",
+                    self.port,
+                    std::fs::read_to_string(self.log_path()).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.root.join("server.log")
+    }
+}
+
+impl Drop for Postgres {
+    /// Stop the server, then close the watchdog's pipe and wait for it to remove the folder.
+    fn drop(&mut self) {
+        self.stop();
+        let watchdog = self.watchdog.get_mut().unwrap_or_else(|p| p.into_inner());
+        drop(watchdog.stdin.take());
+        let _ = watchdog.wait();
+    }
+}
+
+/// The folder holding initdb, postgres and pg_ctl: PATH first (following a
+/// symlink to its real folder), then the newest /usr/lib/postgresql/*/bin.
+fn find_bin() -> Option<PathBuf> {
+    let complete = |dir: &Path| {
+        ["initdb", "postgres", "pg_ctl", "pg_isready", "createdb"]
+            .iter()
+            .all(|t| dir.join(t).is_file())
+    };
+    let on_path = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|dir| std::fs::canonicalize(dir.join("initdb")).ok())
+        .filter_map(|initdb| initdb.parent().map(Path::to_path_buf))
+        .find(|dir| complete(dir));
+    if on_path.is_some() {
+        return on_path;
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, dir)| complete(dir))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, dir)| dir)
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
+}
+
+/// The `postgres` system user's uid and gid (the Debian package creates it).
+fn postgres_user() -> (u32, u32) {
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
+        std::str::from_utf8(&out.stdout).ok()?.trim().parse().ok()
+    };
+    match (id("-u"), id("-g")) {
+        (Some(uid), Some(gid)) => (uid, gid),
+        _ => panic!("running as root, but there is no `postgres` user to run the server as: {NOT_INSTALLED}"),
+    }
+}
+
+/// See the module doc: stops the server and removes `root` once our end of its
+/// stdin closes, however this process ends.
+fn spawn_watchdog(root: &Path) -> Child {
+    const SCRIPT: &str = r#"read -r _
+pid=$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null)
+if [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null; then
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+fi
+rm -rf "$1""#;
+    Command::new("sh")
+        .args(["-c", SCRIPT, "agora-pg-watchdog"])
+        .arg(root)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the PostgreSQL watchdog")
+}
+
+/// A port nobody listens on now (the kernel's pick), for the server to take.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("finding a free port")
+}
