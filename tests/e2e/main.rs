@@ -10,6 +10,7 @@ mod crash;
 mod envelopes;
 mod fleet;
 mod hai;
+mod hai_fleet;
 mod host;
 mod hostile_edge;
 mod hostile_hai;
