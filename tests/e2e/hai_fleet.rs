@@ -30,16 +30,16 @@ fn fleet() -> (TestNode, TestNode) {
     (node(), node())
 }
 
-/// A session created by a browser on `a` (after one turn there), and a second
-/// browser on `b` that opened it with the secret `a` issued. Both subscribed.
+/// A session created by a browser on `a`, and a second browser on `b` that
+/// opened it with the secret `a` issued. Both subscribed before any turn, so
+/// each sees every frame of the session from here on.
 async fn one_session_on_two_nodes(a: &TestNode, b: &TestNode, label: &str) -> (String, Client, Client) {
     let session = session_id(label);
-    let mut on_a = Client::connect(a).await;
-    on_a.say(&session, "My first words: check the walk-in freezer")
-        .await;
-    on_a.turn().await;
-    let mut on_b = Client::connect_to_session(b, &session, Some(&on_a.secret())).await;
-    // Once B answers a frame, its connection is bound and subscribed to the session.
+    let mut on_a = Client::connect_to_session(a, &session, None).await;
+    let secret = on_a.created().await;
+    let mut on_b = Client::connect_to_session(b, &session, Some(&secret)).await;
+    // Once a connection answers a frame, it is bound and subscribed to the session.
+    probe(&mut on_a, "appr_probe_join").await;
     probe(&mut on_b, "appr_probe_join").await;
     (session, on_a, on_b)
 }
@@ -82,6 +82,11 @@ async fn a_browser_on_another_node_sees_every_frame_of_a_turn_in_order() {
     let (a, b) = fleet();
     let (session, mut on_a, mut on_b) = one_session_on_two_nodes(&a, &b, "fleet-frames").await;
 
+    on_a.say(&session, "My first words: check the walk-in freezer")
+        .await;
+    let seen_on_a = on_a.turn().await;
+    assert_eq!(on_b.turn().await, seen_on_a);
+
     // A streamed answer with a tool call, run on A.
     on_a.say(&session, "Search for restaurant food storage regulations")
         .await;
@@ -112,7 +117,7 @@ async fn a_browser_on_another_node_sees_every_frame_of_a_turn_in_order() {
         "{text}"
     );
 
-    // History: the same from either node, with the user's three messages in order.
+    // History: the same from either node, with the user's messages in order.
     let secret = on_a.secret();
     let from_a = history_entries(&a, &session, &secret);
     assert_eq!(from_a, history_entries(&b, &session, &secret));

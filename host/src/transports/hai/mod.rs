@@ -612,6 +612,12 @@ impl Connection {
         let session = match opened {
             Opened::Existing(session) => session,
             Opened::Created(session, secret) => {
+                // In a fleet the id is claimed for every node before its secret is
+                // handed out, so another node opens it with this secret only (on one
+                // node the hub's table is the claim, and the record waits for a message).
+                if shared.hub.fleet().is_some() {
+                    shared.record_session(&session).await?;
+                }
                 // Queued before the subscription, so it is this connection's first frame of the session.
                 let frame = Outbound::Session {
                     session_id: session.id.clone(),
