@@ -17,6 +17,15 @@ macro_rules! on_every_backend {
                 }
             )*
         }
+
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::postgres_store().await).await;
+                }
+            )*
+        }
     };
 }
 
@@ -39,6 +48,13 @@ on_every_backend!(
 
 fn sled_store() -> Store {
     Store::temporary().expect("temporary sled store")
+}
+
+/// A fresh database of the test process's one PostgreSQL cluster.
+async fn postgres_store() -> Store {
+    let url = postgres::tests::fresh_database().await;
+    let backend = postgres::tests::backend(&url, std::time::Duration::from_secs(10)).await;
+    Store::new(std::sync::Arc::new(backend))
 }
 
 async fn many_concurrent_commits_all_complete(store: Store) {
