@@ -14,7 +14,8 @@
 //! sweep, one transaction per batch), so the fleet guarantees hold under
 //! PostgreSQL's row locking: `insert_new` is an `INSERT … ON CONFLICT DO
 //! UPDATE … WHERE` the existing row has expired; `take` is `DELETE …
-//! RETURNING`; `compare_and_swap` is an `UPDATE … WHERE value = expected`;
+//! RETURNING`; `compare_and_swap` is an `UPDATE … WHERE value = expected` (both
+//! in canonical JSON, see `canonical`);
 //! `append_history` upserts the history's counters with the quota checks in
 //! the conflict clause's `WHERE` and inserts the entry from its `RETURNING`.
 //! Expiry compares with the node's own clock ([`now_ms`]), passed in.
@@ -231,7 +232,7 @@ impl Backend for PostgresBackend {
     async fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
         let rows = self
             .query(
-                "SELECT value::text, expires_at_ms FROM entries
+                "SELECT value, expires_at_ms FROM entries
                  WHERE collection = $1 AND key = $2 AND (expires_at_ms IS NULL OR expires_at_ms > $3)",
                 &[&collection.table_name(), &key, &now()],
             )
@@ -257,9 +258,9 @@ impl Backend for PostgresBackend {
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
         self.execute(
-            "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3::text::jsonb, $4)
+            "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3, $4)
              ON CONFLICT (collection, key) DO UPDATE SET value = EXCLUDED.value, expires_at_ms = EXCLUDED.expires_at_ms",
-            &[&collection.table_name(), &key, &json_text(value)?, &expires_at_ms.map(ms)],
+            &[&collection.table_name(), &key, &canonical(value)?, &expires_at_ms.map(ms)],
         )
         .await?;
         Ok(())
@@ -279,7 +280,7 @@ impl Backend for PostgresBackend {
         let now = now();
         let rows = self
             .query(
-                "DELETE FROM entries WHERE collection = $1 AND key = $2 RETURNING value::text, expires_at_ms",
+                "DELETE FROM entries WHERE collection = $1 AND key = $2 RETURNING value, expires_at_ms",
                 &[&collection.table_name(), &key],
             )
             .await?;
@@ -298,7 +299,7 @@ impl Backend for PostgresBackend {
     ) -> Result<bool> {
         let inserted = self
             .query(
-                "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3::text::jsonb, $4)
+                "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (collection, key) DO UPDATE
                      SET value = EXCLUDED.value, expires_at_ms = EXCLUDED.expires_at_ms
                      WHERE entries.expires_at_ms <= $5
@@ -306,7 +307,7 @@ impl Backend for PostgresBackend {
                 &[
                     &collection.table_name(),
                     &key,
-                    &json_text(value)?,
+                    &canonical(value)?,
                     &expires_at_ms.map(ms),
                     &now(),
                 ],
@@ -325,14 +326,14 @@ impl Backend for PostgresBackend {
     ) -> Result<bool> {
         let swapped = self
             .execute(
-                "UPDATE entries SET value = $4::text::jsonb, expires_at_ms = $5
-                 WHERE collection = $1 AND key = $2 AND value = $3::text::jsonb
+                "UPDATE entries SET value = $4, expires_at_ms = $5
+                 WHERE collection = $1 AND key = $2 AND value = $3
                    AND (expires_at_ms IS NULL OR expires_at_ms > $6)",
                 &[
                     &collection.table_name(),
                     &key,
-                    &json_text(expected)?,
-                    &json_text(new)?,
+                    &canonical(expected)?,
+                    &canonical(new)?,
                     &expires_at_ms.map(ms),
                     &now(),
                 ],
@@ -547,13 +548,38 @@ fn pool_error(error: PoolError) -> StoreError {
 
 fn raw_entry(row: &Row) -> RawEntry {
     RawEntry {
-        value: row.get::<_, String>(0).into_bytes(),
+        value: row.get(0),
         expires_at_ms: row.get::<_, Option<i64>>(1).map(|at| at.max(0) as u64),
     }
 }
 
-fn json_text(value: &[u8]) -> Result<&str> {
-    std::str::from_utf8(value).map_err(|e| StoreError::Database(format!("value is not UTF-8: {e}")))
+/// The one spelling of a JSON value: keys sorted at every level, no spaces.
+/// Values equal as `serde_json::Value` (the comparison sled makes) get equal
+/// bytes, so `compare_and_swap` is a byte comparison in SQL, and any JSON
+/// string (U+0000 included, which jsonb refuses) is stored as it is.
+fn canonical(value: &[u8]) -> Result<Vec<u8>> {
+    let value: serde_json::Value = serde_json::from_slice(value)?;
+    Ok(serde_json::to_vec(&sorted(value))?)
+}
+
+/// Sorted explicitly: serde_json keeps insertion order when any crate in the
+/// build turns on its `preserve_order` feature.
+fn sorted(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(String, Value)> = map.into_iter().collect();
+            members.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                members
+                    .into_iter()
+                    .map(|(key, value)| (key, sorted(value)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
 
 /// Milliseconds (or any count) as PostgreSQL's bigint; past its range is "never".

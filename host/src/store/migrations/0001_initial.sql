@@ -1,12 +1,14 @@
 -- The node's whole state in three tables, plus the fleet bus.
 
--- Every collection's entries: the value as JSON, the expiry in Unix ms by the
--- node's clock (null: never). Expired rows read as absent at once; the sweep
--- deletes them through the partial index.
+-- Every collection's entries: the value as canonical JSON text (keys sorted,
+-- no spaces; bytea, not jsonb, since jsonb refuses a string holding U+0000 and
+-- compares numbers unlike the node), the expiry in Unix ms by the node's clock
+-- (null: never). Expired rows read as absent at once; the sweep deletes them
+-- through the partial index.
 CREATE TABLE entries (
     collection    text   NOT NULL,
     key           bytea  NOT NULL,
-    value         jsonb  NOT NULL,
+    value         bytea  NOT NULL,
     expires_at_ms bigint,
     PRIMARY KEY (collection, key)
 );
