@@ -5,6 +5,8 @@
 //! the lock, finds in `schema_migrations` whether the version was applied
 //! already. So every migration is applied exactly once, and a migration that
 //! fails leaves nothing half-done (PostgreSQL's DDL is transactional).
+//! The node's `statement_timeout` is lifted inside these transactions: a node
+//! waits for another's migration, and a long one is not cut short.
 
 use tokio_postgres::Client;
 
@@ -24,7 +26,8 @@ pub(super) async fn migrate(client: &mut Client) -> Result<usize> {
         let transaction = client.transaction().await.map_err(db_error)?;
         transaction
             .batch_execute(&format!(
-                "SELECT pg_advisory_xact_lock({MIGRATION_LOCK});
+                "SET LOCAL statement_timeout = 0;
+                 SELECT pg_advisory_xact_lock({MIGRATION_LOCK});
                  CREATE TABLE IF NOT EXISTS schema_migrations (
                      version    integer     PRIMARY KEY,
                      applied_at timestamptz NOT NULL DEFAULT now()
