@@ -67,8 +67,17 @@ pub struct PostgresBackend {
     /// This node's id on the fleet bus, so its own messages are not echoed.
     origin: uuid::Uuid,
     fleet: broadcast::Sender<FleetMessage>,
+    /// The fleet listener's task, ended when the backend is dropped.
+    listener: tokio::task::JoinHandle<()>,
     /// Shared with the listener task (see [`bus::Listener::gate`]).
+    #[cfg(test)]
     listener_gate: Arc<Mutex<()>>,
+}
+
+impl Drop for PostgresBackend {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
 }
 
 impl PostgresBackend {
@@ -117,12 +126,13 @@ impl PostgresBackend {
             sender: fleet.clone(),
             gate: listener_gate.clone(),
         };
-        tokio::spawn(listener.run(watermark));
         Ok(PostgresBackend {
             pool,
             timeout,
             origin,
             fleet,
+            listener: tokio::spawn(listener.run(watermark)),
+            #[cfg(test)]
             listener_gate,
         })
     }

@@ -43,6 +43,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// While gaps are open, how often the table is read without a notification.
 const GAP_POLL: Duration = Duration::from_millis(500);
 
+/// Otherwise: a safety net, should a notification ever go missing.
+const IDLE_POLL: Duration = Duration::from_secs(5);
+
 /// The listener's position: every id up to `watermark` is handled; `read`
 /// holds the ids above it already delivered (or skipped as our own), with when.
 struct Position {
@@ -72,13 +75,12 @@ pub(super) struct Listener {
     pub config: Config,
     pub origin: uuid::Uuid,
     pub sender: broadcast::Sender<FleetMessage>,
-    /// Held by a test to keep the listener from reconnecting; the backend holds
-    /// the other handle, so the listener ends when it is the last one.
+    /// Held by a test to keep the listener from reconnecting.
     pub gate: Arc<Mutex<()>>,
 }
 
 impl Listener {
-    /// Run until the backend (the last sender) is dropped.
+    /// Run until the backend aborts the task (when it is dropped).
     pub async fn run(self, watermark: i64) {
         let mut position = Position {
             watermark,
@@ -92,25 +94,20 @@ impl Listener {
             };
             if let Ok((client, connection)) = connected {
                 backoff = FIRST_BACKOFF;
-                match self.serve(&client, connection, &mut position).await {
-                    Served::BackendGone => return,
-                    Served::ConnectionLost => {}
-                }
-            }
-            if Arc::strong_count(&self.gate) == 1 {
-                return;
+                self.serve(&client, connection, &mut position).await;
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
+    /// Listen and deliver until the connection is lost.
     async fn serve(
         &self,
         client: &Client,
         mut connection: Connection<Socket, NoTlsStream>,
         position: &mut Position,
-    ) -> Served {
+    ) {
         // The connection delivers notifications only while polled: a task
         // drives it and turns each into a wake-up.
         let (wake, mut woken) = mpsc::unbounded_channel::<()>();
@@ -127,7 +124,7 @@ impl Listener {
                 }
             }
         });
-        let served: Result<Served> = async {
+        let _lost: Result<()> = async {
             client
                 .batch_execute(&format!("LISTEN {CHANNEL}"))
                 .await
@@ -136,24 +133,20 @@ impl Listener {
             // whatever after it also notifies.
             loop {
                 self.read_new(client, position).await?;
-                if Arc::strong_count(&self.gate) == 1 {
-                    return Ok(Served::BackendGone);
-                }
                 let wait = if position.read.is_empty() {
-                    MAX_BACKOFF
+                    IDLE_POLL
                 } else {
                     GAP_POLL
                 };
                 match tokio::time::timeout(wait, woken.recv()).await {
                     Ok(Some(())) => while woken.try_recv().is_ok() {},
-                    Ok(None) => return Ok(Served::ConnectionLost),
+                    Ok(None) => return Ok(()),
                     Err(_) => {}
                 }
             }
         }
         .await;
         driver.abort();
-        served.unwrap_or(Served::ConnectionLost)
     }
 
     /// Deliver every row past the position that is not ours.
@@ -183,11 +176,6 @@ impl Listener {
         position.advance();
         Ok(())
     }
-}
-
-enum Served {
-    BackendGone,
-    ConnectionLost,
 }
 
 #[cfg(test)]
