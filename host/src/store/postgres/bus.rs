@@ -54,14 +54,14 @@ struct Position {
 }
 
 impl Position {
-    fn mark(&mut self, id: i64) {
-        self.read.insert(id, Instant::now());
+    fn mark(&mut self, id: i64, now: Instant) {
+        self.read.insert(id, now);
     }
 
     /// Move the watermark over contiguous ids, and over gaps older than the grace.
-    fn advance(&mut self) {
+    fn advance(&mut self, now: Instant) {
         while let Some((&id, &at)) = self.read.first_key_value() {
-            if id == self.watermark + 1 || at.elapsed() >= GAP_GRACE {
+            if id == self.watermark + 1 || now.duration_since(at) >= GAP_GRACE {
                 self.watermark = id;
                 self.read.remove(&id);
             } else {
@@ -160,6 +160,7 @@ impl Listener {
             )
             .await
             .map_err(db_error)?;
+        let now = Instant::now();
         for row in rows {
             let id: i64 = row.get(0);
             let own: bool = row.get(1);
@@ -171,9 +172,9 @@ impl Listener {
                     payload: payload.into(),
                 });
             }
-            position.mark(id);
+            position.mark(id, now);
         }
-        position.advance();
+        position.advance(now);
         Ok(())
     }
 }
@@ -182,19 +183,37 @@ impl Listener {
 mod tests {
     use super::*;
 
+    fn at(watermark: i64) -> Position {
+        Position {
+            watermark,
+            read: BTreeMap::new(),
+        }
+    }
+
     #[test]
     fn the_watermark_waits_at_a_gap_until_it_is_filled() {
-        let mut position = Position {
-            watermark: 4,
-            read: BTreeMap::new(),
-        };
-        position.mark(5);
-        position.mark(7);
-        position.advance();
+        let now = Instant::now();
+        let mut position = at(4);
+        position.mark(5, now);
+        position.mark(7, now);
+        position.advance(now);
         assert_eq!(position.watermark, 5);
         assert_eq!(position.read.keys().copied().collect::<Vec<_>>(), vec![7]);
-        position.mark(6);
-        position.advance();
+        position.mark(6, now);
+        position.advance(now);
+        assert_eq!(position.watermark, 7);
+        assert!(position.read.is_empty());
+    }
+
+    #[test]
+    fn a_gap_older_than_the_grace_is_taken_for_a_rolled_back_publish() {
+        let read_at = Instant::now();
+        let mut position = at(4);
+        position.mark(6, read_at);
+        position.mark(7, read_at);
+        position.advance(read_at + GAP_GRACE / 2);
+        assert_eq!(position.watermark, 4);
+        position.advance(read_at + GAP_GRACE);
         assert_eq!(position.watermark, 7);
         assert!(position.read.is_empty());
     }

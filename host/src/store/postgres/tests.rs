@@ -77,6 +77,36 @@ async fn migrations_apply_once_when_four_nodes_start_at_once_and_again() {
     assert_eq!(counts, expected);
 }
 
+/// Two nodes' pools racing on one database: the shared suite races tasks of
+/// one backend; this is the fleet's case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_backends_racing_for_one_key_admit_exactly_one_each_round() {
+    let url = fresh_database().await;
+    let nodes = [
+        Store::new(Arc::new(backend(&url, Duration::from_secs(10)).await)),
+        Store::new(Arc::new(backend(&url, Duration::from_secs(10)).await)),
+    ];
+    let later = Some(crate::store::now_ms() + 60_000);
+    for round in 0..50u32 {
+        let key = format!("envelope-{round}");
+        let (a, b) = tokio::join!(
+            nodes[0].insert_new(Collection::Replay, key.as_bytes(), &0, later),
+            nodes[1].insert_new(Collection::Replay, key.as_bytes(), &1, later),
+        );
+        assert_eq!(
+            u8::from(a.unwrap()) + u8::from(b.unwrap()),
+            1,
+            "insert round {round}"
+        );
+        let (a, b) = tokio::join!(
+            nodes[0].take::<u32>(Collection::Replay, key.as_bytes()),
+            nodes[1].take::<u32>(Collection::Replay, key.as_bytes()),
+        );
+        let taken: Vec<u32> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+        assert_eq!(taken.len(), 1, "take round {round}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_message_reaches_the_other_node_whole_and_is_not_echoed() {
     let url = fresh_database().await;
