@@ -54,7 +54,7 @@ fn sled_store() -> Store {
 /// A fresh database of the test process's one PostgreSQL cluster.
 async fn postgres_store() -> Store {
     let url = postgres::tests::fresh_database().await;
-    let backend = postgres::tests::backend(&url, std::time::Duration::from_secs(10)).await;
+    let backend = postgres::tests::backend(&url, postgres::tests::TIMEOUT).await;
     Store::new(std::sync::Arc::new(backend))
 }
 

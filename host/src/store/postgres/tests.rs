@@ -16,6 +16,9 @@ use crate::store::{Collection, Store};
 /// Long enough never to fire on a loaded test machine; it only turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(30);
 
+/// The backends' `timeout` where no outage is tested: roomy for a loaded machine.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+
 pub(crate) async fn fresh_database() -> String {
     tokio::task::spawn_blocking(|| Postgres::shared().create_database())
         .await
@@ -26,6 +29,13 @@ pub(crate) async fn backend(url: &str, timeout: Duration) -> PostgresBackend {
     PostgresBackend::connect(url, 16, timeout)
         .await
         .expect("connecting to the test database")
+}
+
+/// Two nodes' backends on one fresh database, and its URL.
+async fn two_nodes() -> (String, PostgresBackend, PostgresBackend) {
+    let url = fresh_database().await;
+    let (a, b) = (backend(&url, TIMEOUT).await, backend(&url, TIMEOUT).await);
+    (url, a, b)
 }
 
 async fn raw_client(url: &str) -> Client {
@@ -60,7 +70,7 @@ async fn migrations_apply_once_when_four_nodes_start_at_once_and_again() {
     assert_eq!(applied, migrate::MIGRATIONS.len());
     // A node starting later applies nothing; neither does a whole backend.
     assert_eq!(migrate::migrate(&mut raw_client(&url).await).await.unwrap(), 0);
-    backend(&url, Duration::from_secs(10)).await;
+    backend(&url, TIMEOUT).await;
     let rows = raw_client(&url)
         .await
         .query(
@@ -81,11 +91,8 @@ async fn migrations_apply_once_when_four_nodes_start_at_once_and_again() {
 /// one backend; this is the fleet's case.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_backends_racing_for_one_key_admit_exactly_one_each_round() {
-    let url = fresh_database().await;
-    let nodes = [
-        Store::new(Arc::new(backend(&url, Duration::from_secs(10)).await)),
-        Store::new(Arc::new(backend(&url, Duration::from_secs(10)).await)),
-    ];
+    let (_, a, b) = two_nodes().await;
+    let nodes = [Store::new(Arc::new(a)), Store::new(Arc::new(b))];
     let later = Some(crate::store::now_ms() + 60_000);
     for round in 0..50u32 {
         let key = format!("envelope-{round}");
@@ -109,11 +116,7 @@ async fn two_backends_racing_for_one_key_admit_exactly_one_each_round() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_message_reaches_the_other_node_whole_and_is_not_echoed() {
-    let url = fresh_database().await;
-    let (a, b) = (
-        backend(&url, Duration::from_secs(10)).await,
-        backend(&url, Duration::from_secs(10)).await,
-    );
+    let (_, a, b) = two_nodes().await;
     let (mut to_a, mut to_b) = (a.subscribe(), b.subscribe());
     // Past NOTIFY's 8000-byte payload limit, and not valid UTF-8.
     let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
@@ -129,11 +132,7 @@ async fn a_large_message_reaches_the_other_node_whole_and_is_not_echoed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_sent_while_the_listener_was_cut_off_arrives_after_it_reconnects() {
-    let url = fresh_database().await;
-    let (a, b) = (
-        backend(&url, Duration::from_secs(10)).await,
-        backend(&url, Duration::from_secs(10)).await,
-    );
+    let (url, a, b) = two_nodes().await;
     let mut to_a = a.subscribe();
     let admin = raw_client(&url).await;
     let held = a.hold_listener().await;
