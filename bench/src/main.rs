@@ -6,6 +6,7 @@
 //! of requests per CPU-second of each server process) are the result.
 
 mod ceiling;
+mod fleet;
 mod hai;
 mod load;
 mod procs;
@@ -99,9 +100,9 @@ fn main() -> Result<()> {
     let wanted: Vec<u8> = if cli.rows.is_empty() {
         if cli.smoke {
             // No Python peers in smoke mode: their venvs take minutes to make.
-            vec![1, 3, 5, 6, 7, 8]
+            vec![1, 3, 5, 6, 7, 8, 9, 10]
         } else {
-            (1..=8).collect()
+            (1..=10).collect()
         }
     } else {
         cli.rows.clone()

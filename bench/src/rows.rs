@@ -74,7 +74,7 @@ impl Report {
     }
 }
 
-fn verdict(settings: &Settings, met: bool) -> String {
+pub(crate) fn verdict(settings: &Settings, met: bool) -> String {
     match (settings.smoke, met) {
         (true, _) => "smoke run (not a result)".into(),
         (false, true) => "met".into(),
@@ -104,6 +104,8 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             6 => row6(settings).await,
             7 => row7(settings).await,
             8 => row8(settings).await,
+            9 => crate::fleet::row9(settings).await,
+            10 => crate::fleet::row10(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {
@@ -243,7 +245,7 @@ async fn alternate(
     (a, b)
 }
 
-fn fmt_rate(rate: f64) -> String {
+pub(crate) fn fmt_rate(rate: f64) -> String {
     if rate >= 100.0 {
         format!("{rate:.0}")
     } else {
@@ -253,7 +255,7 @@ fn fmt_rate(rate: f64) -> String {
 
 // ---------------------------------------------------------------- shared requests
 
-fn sha1_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha1_hex(bytes: &[u8]) -> String {
     Sha1::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -282,7 +284,7 @@ fn agora_success() -> load::CheckFn {
     })
 }
 
-fn temp_dir() -> Result<tempfile::TempDir> {
+pub(crate) fn temp_dir() -> Result<tempfile::TempDir> {
     let base = procs::repo_root().join("target/bench-tmp");
     std::fs::create_dir_all(&base)?;
     Ok(tempfile::tempdir_in(base)?)
@@ -482,7 +484,7 @@ async fn row2(settings: &Settings) -> Result<Row> {
 // ---------------------------------------------------------------- row 3
 
 /// One key per connection, fixed so runs are comparable.
-fn envelope_keys(count: usize) -> Vec<SigningKey> {
+pub(crate) fn envelope_keys(count: usize) -> Vec<SigningKey> {
     (0..count)
         .map(|i| {
             let mut seed = [7u8; 32];

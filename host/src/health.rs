@@ -3,7 +3,11 @@
 //!
 //! The status is `starting` while the start-up load compiles (each plugin file
 //! `pending`, `compiling`, `loaded` or `failed`, with counts), then `ok`, or
-//! `degraded` when a plugin file failed to load.
+//! `degraded` when a plugin file failed to load; each loaded plugin shows the
+//! SHA-256 of its file, so an operator sees whether a fleet runs one version.
+//! When the store does not answer (a fleet's database is down) it is
+//! `unavailable` with HTTP 503, which takes the node out of a load balancer's
+//! rotation until the store is back.
 //!
 //! `/health` is public on an open port, so it names plugin files by their
 //! file name only and strips the node's folders from load errors: where the
@@ -12,7 +16,7 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use serde_json::json;
@@ -36,7 +40,16 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
         .map(|status| public_status(status, &folders))
         .collect();
     let degraded = plugins.iter().any(|p| p.error.is_some());
-    let status = if state.runtime.is_starting() {
+    // A node whose store does not answer cannot serve: a load balancer reading
+    // 503 here sends its clients to the other nodes until the store is back.
+    let store_error = match tokio::time::timeout(STORE_PING_TIMEOUT, state.store.ping()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error.to_string()),
+        Err(_) => Some("the store did not answer within a second".to_string()),
+    };
+    let status = if store_error.is_some() {
+        "unavailable"
+    } else if state.runtime.is_starting() {
         "starting"
     } else if degraded {
         "degraded"
@@ -44,7 +57,12 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
         "ok"
     };
     let count = |state| plugins.iter().filter(|p| p.state == state).count();
-    axum::Json(json!({
+    let code = if store_error.is_some() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    let body = axum::Json(json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
@@ -54,9 +72,17 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
             "loaded": count(LoadState::Loaded),
             "failed": count(LoadState::Failed),
         },
+        "store": {
+            "backend": state.store.backend_name(),
+            "status": if store_error.is_some() { "unavailable" } else { "ok" },
+            "error": store_error,
+        },
         "plugins": plugins,
-    }))
+    }));
+    (code, body)
 }
+
+const STORE_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The node's own folders as they may appear in messages, longest first so a
 /// folder inside another is removed whole.
@@ -119,6 +145,7 @@ mod tests {
                 name: None,
                 version: None,
                 routes: Vec::new(),
+                content_sha256: None,
                 error: Some(
                     "cannot compile /srv/node/data/plugins/echo.wasm (cache /srv/node/data/cache/x)".into(),
                 ),

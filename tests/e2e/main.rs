@@ -8,6 +8,7 @@ mod almanac;
 mod arena;
 mod crash;
 mod envelopes;
+mod fleet;
 mod hai;
 mod host;
 mod hostile_edge;

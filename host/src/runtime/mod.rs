@@ -128,6 +128,9 @@ pub struct PluginStatus {
     pub name: Option<String>,
     pub version: Option<String>,
     pub routes: Vec<String>,
+    /// SHA-256 of the serving file: what tells whether the nodes of a fleet run
+    /// the same plugin, whatever its manifest's version says.
+    pub content_sha256: Option<String>,
     pub error: Option<String>,
 }
 
@@ -196,6 +199,7 @@ impl Runtime {
             name: None,
             version: None,
             routes: Vec::new(),
+            content_sha256: None,
             error: None,
         };
         let mut statuses: BTreeMap<PathBuf, PluginStatus> = BTreeMap::new();
@@ -208,6 +212,7 @@ impl Runtime {
                     name: Some(plugin.manifest.name.clone()),
                     version: Some(plugin.manifest.version.clone()),
                     routes: plugin.manifest.routes(),
+                    content_sha256: Some(plugin.content_hash.clone()),
                     error: None,
                 },
             );

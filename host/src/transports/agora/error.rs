@@ -47,7 +47,18 @@ pub enum AgoraError {
 
 impl From<StoreError> for AgoraError {
     fn from(error: StoreError) -> Self {
-        AgoraError::Internal(format!("storage failed: {error}"))
+        match error {
+            // A passing outage: 503 in the caps' shape, so a client retries.
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(transport = "agora", %detail, "storage unavailable");
+                AgoraError::Busy {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    message: "The node's storage is unavailable, try again shortly".into(),
+                    retry_after: 1,
+                }
+            }
+            other => AgoraError::Internal(format!("storage failed: {other}")),
+        }
     }
 }
 

@@ -37,6 +37,10 @@ pub enum EnvelopesError {
     Internal(String),
     #[error("the node is busy; try again shortly")]
     Overloaded,
+    /// The store cannot answer now (its database is down or unreachable):
+    /// nothing was done, and the same request may simply be sent again.
+    #[error("the node's storage is unavailable; try again shortly")]
+    StorageUnavailable,
 }
 
 impl EnvelopesError {
@@ -52,7 +56,7 @@ impl EnvelopesError {
             EnvelopesError::Timeout(_) => 408,
             EnvelopesError::RateLimited { .. } | EnvelopesError::TooManyOffers(_) => 429,
             EnvelopesError::Internal(_) => 500,
-            EnvelopesError::Overloaded => 503,
+            EnvelopesError::Overloaded | EnvelopesError::StorageUnavailable => 503,
         }
     }
 
@@ -63,7 +67,7 @@ impl EnvelopesError {
     fn retry_after_secs(&self) -> Option<u64> {
         match self {
             EnvelopesError::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
-            EnvelopesError::Overloaded => Some(1),
+            EnvelopesError::Overloaded | EnvelopesError::StorageUnavailable => Some(1),
             _ => None,
         }
     }
@@ -71,7 +75,13 @@ impl EnvelopesError {
 
 impl From<StoreError> for EnvelopesError {
     fn from(error: StoreError) -> Self {
-        EnvelopesError::Internal(format!("storage failed: {error}"))
+        match error {
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(transport = "envelopes", %detail, "storage unavailable");
+                EnvelopesError::StorageUnavailable
+            }
+            other => EnvelopesError::Internal(format!("storage failed: {other}")),
+        }
     }
 }
 

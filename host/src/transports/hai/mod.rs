@@ -148,6 +148,10 @@ pub enum HaiError {
     Overloaded,
     #[error("This session's history is full; start a new session")]
     SessionFull,
+    /// The store cannot answer now (its database is down or unreachable):
+    /// nothing was recorded, and the same message may be sent again.
+    #[error("The node's storage is unavailable; try again shortly")]
+    StorageUnavailable,
     #[error("Internal error: {0}")]
     Internal(String),
 }
@@ -156,6 +160,10 @@ impl From<StoreError> for HaiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Limit(_) => HaiError::SessionFull,
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(transport = "hai", %detail, "storage unavailable");
+                HaiError::StorageUnavailable
+            }
             other => HaiError::Internal(format!("storage failed: {other}")),
         }
     }
@@ -193,6 +201,7 @@ impl HaiError {
             HaiError::AssistantFailed(_) => "assistant_failed",
             HaiError::Overloaded => "overloaded",
             HaiError::SessionFull => "session_full",
+            HaiError::StorageUnavailable => "storage_unavailable",
             HaiError::Internal(_) => "internal_error",
         }
     }
@@ -215,6 +224,7 @@ impl HaiError {
                 retry_after_ms,
             } => Some(json!({"limit": limit, "value": value, "retry_after_ms": retry_after_ms})),
             HaiError::TooManyApprovals { limit, value } => Some(json!({"limit": limit, "value": value})),
+            HaiError::StorageUnavailable => Some(json!({"retry_after_ms": 1000})),
             _ => None,
         };
         Outbound::Error {
@@ -233,6 +243,7 @@ impl HaiError {
             HaiError::TooManySessions { .. } | HaiError::RateLimited { .. } | HaiError::Busy => {
                 StatusCode::TOO_MANY_REQUESTS
             }
+            HaiError::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut response = (

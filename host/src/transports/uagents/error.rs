@@ -44,13 +44,23 @@ pub enum SubmitError {
     BadPayload(String),
     #[error("the node is overloaded; try again shortly")]
     Overloaded,
+    /// The store cannot answer now (its database is down or unreachable):
+    /// nothing was done, and the same request may simply be sent again.
+    #[error("the node's storage is unavailable; try again shortly")]
+    StorageUnavailable,
     #[error("{0}")]
     Internal(String),
 }
 
 impl From<StoreError> for SubmitError {
     fn from(error: StoreError) -> Self {
-        SubmitError::Internal(format!("storage failed: {error}"))
+        match error {
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(transport = "uagents", %detail, "storage unavailable");
+                SubmitError::StorageUnavailable
+            }
+            other => SubmitError::Internal(format!("storage failed: {other}")),
+        }
     }
 }
 
@@ -59,7 +69,7 @@ impl IntoResponse for SubmitError {
     fn into_response(self) -> Response {
         let status = match self {
             SubmitError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            SubmitError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            SubmitError::Overloaded | SubmitError::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             SubmitError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         };
