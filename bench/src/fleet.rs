@@ -133,7 +133,7 @@ fn bench_env(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
             "100000000".to_string(),
         ),
         (
-            "AGORA_AGORA__NEW_CONVERSATIONS_PER_MINUTE",
+            "AGORA_AGORA__CONVERSATIONS_PER_CLIENT_PER_MINUTE",
             "1000000000".to_string(),
         ),
     ];

@@ -46,6 +46,10 @@ pub enum StoreError {
     /// later" (503 with `Retry-After`), and the node recovers by itself.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The database refused a statement for a reason other than an outage (a
+    /// bug, or a schema this node does not know): an internal error.
+    #[error("database: {0}")]
+    Database(String),
 }
 
 impl StoreError {

@@ -17,6 +17,15 @@ macro_rules! on_every_backend {
                 }
             )*
         }
+
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::postgres_store().await).await;
+                }
+            )*
+        }
     };
 }
 
@@ -26,6 +35,7 @@ on_every_backend!(
     insert_new_refuses_a_live_duplicate_but_reuses_an_expired_one,
     racing_inserts_of_one_key_admit_exactly_one,
     compare_and_swap_needs_the_current_value_and_admits_one_racer,
+    any_json_value_round_trips_and_compares_regardless_of_key_order,
     take_hands_an_entry_to_exactly_one_racer,
     keys_are_listed_by_prefix_in_order_within_the_limit,
     history_appends_in_order_and_is_bounded,
@@ -39,6 +49,13 @@ on_every_backend!(
 
 fn sled_store() -> Store {
     Store::temporary().expect("temporary sled store")
+}
+
+/// A fresh database of the test process's one PostgreSQL cluster.
+async fn postgres_store() -> Store {
+    let url = postgres::tests::fresh_database().await;
+    let backend = postgres::tests::backend(&url, postgres::tests::TIMEOUT).await;
+    Store::new(std::sync::Arc::new(backend))
 }
 
 async fn many_concurrent_commits_all_complete(store: Store) {
@@ -209,6 +226,58 @@ async fn compare_and_swap_needs_the_current_value_and_admits_one_racer(store: St
             .update(Collection::Negotiations, b"gone", &record, &accepted, None)
             .await
             .unwrap()
+    );
+}
+
+async fn any_json_value_round_trips_and_compares_regardless_of_key_order(store: Store) {
+    // U+0000, non-ASCII, an emoji, big and fractional numbers, nesting.
+    let value = serde_json::json!({
+        "text": "nul \u{0} é \u{1F600}",
+        "numbers": [u64::MAX, -1, 1.5, 1.0],
+        "nested": {"z": null, "a": [true, {}]},
+    });
+    store.put(Collection::PluginKv, b"v", &value, None).await.unwrap();
+    assert_eq!(
+        store
+            .get::<serde_json::Value>(Collection::PluginKv, b"v")
+            .await
+            .unwrap(),
+        Some(value.clone())
+    );
+    assert!(
+        !store
+            .insert_new(Collection::PluginKv, b"v", &value, None)
+            .await
+            .unwrap()
+    );
+    // The same members spelled in another order (a struct serializes in field order).
+    #[derive(serde::Serialize)]
+    struct Reordered {
+        z: u32,
+        a: u32,
+    }
+    store
+        .put(
+            Collection::PluginKv,
+            b"r",
+            &serde_json::json!({"a": 1, "z": 2}),
+            None,
+        )
+        .await
+        .unwrap();
+    let (expected, new) = (Reordered { z: 2, a: 1 }, Reordered { z: 3, a: 1 });
+    assert!(
+        store
+            .update(Collection::PluginKv, b"r", &expected, &new, None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .get::<serde_json::Value>(Collection::PluginKv, b"r")
+            .await
+            .unwrap(),
+        Some(serde_json::json!({"a": 1, "z": 3}))
     );
 }
 

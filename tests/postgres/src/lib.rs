@@ -297,7 +297,12 @@ fn spawn_watchdog(root: &Path) -> Child {
     const SCRIPT: &str = r#"read -r _
 pid=$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null)
 if [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null; then
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    # Until it is gone or a zombie (nobody may reap it), 30 s at most.
+    for _ in $(seq 300); do
+        state=$(cut -d ' ' -f 3 "/proc/$pid/stat" 2>/dev/null) || break
+        [ "$state" = Z ] && break
+        sleep 0.1
+    done
 fi
 rm -rf "$1""#;
     Command::new("sh")

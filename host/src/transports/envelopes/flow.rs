@@ -489,10 +489,24 @@ async fn accept(
             .get::<Value>(Collection::Negotiations, &params_key(&offer_id))
             .await
             .answering(answering)?;
-        // The params outlive the offer by nothing: gone means the ttl just passed.
-        stored
-            .ok_or_else(|| EnvelopesError::Timeout("the offer has expired".into()))
-            .answering(answering)?
+        match stored {
+            Some(params) => params,
+            None => {
+                // Gone: another ACCEPT (on this node or another of the fleet) won
+                // the offer and dropped its params, or the ttl just passed.
+                let now_accepted = store
+                    .get::<OfferRecord>(Collection::Negotiations, &key)
+                    .await
+                    .answering(answering)?
+                    .is_some_and(|current| current.accepted);
+                return Err(if now_accepted {
+                    bad("this offer was already accepted")
+                } else {
+                    EnvelopesError::Timeout("the offer has expired".into())
+                })
+                .answering(answering);
+            }
+        }
     } else {
         offer.params.clone()
     };

@@ -1,0 +1,205 @@
+//! PostgreSQL only: migrations under concurrent starts, the fleet bus, and an
+//! outage. The behaviour both backends share is in `store::tests`, run on
+//! each; these need a real server (`agora_test_postgres`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agora_test_postgres::Postgres;
+use tokio::sync::broadcast;
+use tokio_postgres::{Client, NoTls};
+
+use super::{PostgresBackend, migrate};
+use crate::store::backend::{Backend, FleetMessage};
+use crate::store::{Collection, Store};
+
+/// Long enough never to fire on a loaded test machine; it only turns a hang into a failure.
+const HANG: Duration = Duration::from_secs(30);
+
+/// The backends' `timeout` where no outage is tested: roomy for a loaded machine.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) async fn fresh_database() -> String {
+    tokio::task::spawn_blocking(|| Postgres::shared().create_database())
+        .await
+        .expect("creating a test database")
+}
+
+pub(crate) async fn backend(url: &str, timeout: Duration) -> PostgresBackend {
+    PostgresBackend::connect(url, 16, timeout)
+        .await
+        .expect("connecting to the test database")
+}
+
+/// Two nodes' backends on one fresh database, and its URL.
+async fn two_nodes() -> (String, PostgresBackend, PostgresBackend) {
+    let url = fresh_database().await;
+    let (a, b) = (backend(&url, TIMEOUT).await, backend(&url, TIMEOUT).await);
+    (url, a, b)
+}
+
+async fn raw_client(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("raw connection");
+    tokio::spawn(connection);
+    client
+}
+
+async fn next_message(receiver: &mut broadcast::Receiver<FleetMessage>) -> FleetMessage {
+    tokio::time::timeout(HANG, receiver.recv())
+        .await
+        .expect("a fleet message within the hang guard")
+        .expect("the bus is open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_apply_once_when_four_nodes_start_at_once_and_again() {
+    let url = fresh_database().await;
+    let starters: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut client = raw_client(&url).await;
+                migrate::migrate(&mut client).await.expect("migrating")
+            })
+        })
+        .collect();
+    let mut applied = 0;
+    for starter in starters {
+        applied += starter.await.unwrap();
+    }
+    assert_eq!(applied, migrate::MIGRATIONS.len());
+    // A node starting later applies nothing; neither does a whole backend.
+    assert_eq!(migrate::migrate(&mut raw_client(&url).await).await.unwrap(), 0);
+    backend(&url, TIMEOUT).await;
+    let rows = raw_client(&url)
+        .await
+        .query(
+            "SELECT version, count(*) FROM schema_migrations GROUP BY version ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap();
+    let counts: Vec<(i32, i64)> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+    let expected: Vec<(i32, i64)> = migrate::MIGRATIONS
+        .iter()
+        .map(|(version, _)| (*version, 1))
+        .collect();
+    assert_eq!(counts, expected);
+}
+
+/// Two nodes' pools racing on one database: the shared suite races tasks of
+/// one backend; this is the fleet's case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_backends_racing_for_one_key_admit_exactly_one_each_round() {
+    let (_, a, b) = two_nodes().await;
+    let nodes = [Store::new(Arc::new(a)), Store::new(Arc::new(b))];
+    let later = Some(crate::store::now_ms() + 60_000);
+    for round in 0..50u32 {
+        let key = format!("envelope-{round}");
+        let (a, b) = tokio::join!(
+            nodes[0].insert_new(Collection::Replay, key.as_bytes(), &0, later),
+            nodes[1].insert_new(Collection::Replay, key.as_bytes(), &1, later),
+        );
+        assert_eq!(
+            u8::from(a.unwrap()) + u8::from(b.unwrap()),
+            1,
+            "insert round {round}"
+        );
+        let (a, b) = tokio::join!(
+            nodes[0].take::<u32>(Collection::Replay, key.as_bytes()),
+            nodes[1].take::<u32>(Collection::Replay, key.as_bytes()),
+        );
+        let taken: Vec<u32> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+        assert_eq!(taken.len(), 1, "take round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_message_reaches_the_other_node_whole_and_is_not_echoed() {
+    let (_, a, b) = two_nodes().await;
+    let (mut to_a, mut to_b) = (a.subscribe(), b.subscribe());
+    // Past NOTIFY's 8000-byte payload limit, and not valid UTF-8.
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    a.publish("big", &big).await.unwrap();
+    let got = next_message(&mut to_b).await;
+    assert_eq!(got.topic, "big");
+    assert_eq!(&got.payload[..], &big[..]);
+    // A's own message came first in id order; A must see B's reply as its first.
+    b.publish("reply", b"r").await.unwrap();
+    let got = next_message(&mut to_a).await;
+    assert_eq!((got.topic.as_str(), &got.payload[..]), ("reply", &b"r"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_the_listener_was_cut_off_arrives_after_it_reconnects() {
+    let (url, a, b) = two_nodes().await;
+    let mut to_a = a.subscribe();
+    let admin = raw_client(&url).await;
+    let held = a.hold_listener().await;
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&a.listener_name()],
+        )
+        .await
+        .unwrap();
+    // Published only once the server has no listener of A's left.
+    tokio::time::timeout(HANG, async {
+        while !admin
+            .query(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = $1",
+                &[&a.listener_name()],
+            )
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("A's listener connection ends");
+    b.publish("missed", b"while away").await.unwrap();
+    drop(held);
+    let got = next_message(&mut to_a).await;
+    assert_eq!(
+        (got.topic.as_str(), &got.payload[..]),
+        ("missed", &b"while away"[..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_database_is_unavailable_without_a_hang_and_the_same_backend_recovers() {
+    let cluster = tokio::task::spawn_blocking(Postgres::start).await.unwrap();
+    let url = tokio::task::block_in_place(|| cluster.create_database());
+    let store = Store::new(Arc::new(backend(&url, Duration::from_millis(500)).await));
+    store
+        .put(Collection::Meta, b"kept", &"acknowledged", None)
+        .await
+        .unwrap();
+    store.commit().await.unwrap();
+
+    tokio::task::block_in_place(|| cluster.stop());
+    let read = tokio::time::timeout(HANG, store.get::<String>(Collection::Meta, b"kept"))
+        .await
+        .expect("a read fails rather than hangs");
+    assert!(read.as_ref().is_err_and(|e| e.is_unavailable()), "{read:?}");
+    let write = tokio::time::timeout(HANG, store.put(Collection::Meta, b"new", &1, None))
+        .await
+        .expect("a write fails rather than hangs");
+    assert!(write.as_ref().is_err_and(|e| e.is_unavailable()), "{write:?}");
+    assert!(store.ping().await.is_err_and(|e| e.is_unavailable()));
+
+    tokio::task::block_in_place(|| cluster.restart());
+    store.ping().await.unwrap();
+    assert_eq!(
+        store
+            .get::<String>(Collection::Meta, b"kept")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("acknowledged")
+    );
+    store.put(Collection::Meta, b"new", &2, None).await.unwrap();
+    assert_eq!(store.get::<i32>(Collection::Meta, b"new").await.unwrap(), Some(2));
+}
