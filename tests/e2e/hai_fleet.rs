@@ -16,9 +16,18 @@ const RACE_ROUNDS: usize = 20;
 
 /// Two nodes sharing one fresh database, with the HAI assistant and its tools.
 fn fleet() -> (TestNode, TestNode) {
+    fleet_with(&[])
+}
+
+/// [`fleet`] with more settings for both nodes.
+fn fleet_with(settings: &[(&str, &str)]) -> (TestNode, TestNode) {
     let url = agora_test_postgres::Postgres::shared().create_database();
     let node = || {
-        TestNode::builder()
+        let mut builder = TestNode::builder();
+        for (key, value) in settings {
+            builder = builder.env(key, *value);
+        }
+        builder
             .plugin("hai-assistant")
             .plugin("inspection-tools")
             .env("AGORA_STORE__BACKEND", "postgres")
@@ -278,4 +287,29 @@ async fn racing_answers_on_two_nodes_decide_an_approval_exactly_once() {
         tool_runs,
         decided.iter().filter(|(_, approved)| *approved).count()
     );
+}
+
+#[tokio::test]
+async fn an_approval_that_timed_out_on_its_node_cannot_be_answered_on_the_other() {
+    let (a, b) = fleet_with(&[("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "1500")]);
+    let (session, mut on_a, mut on_b) = one_session_on_two_nodes(&a, &b, "fleet-timeout").await;
+    let (_, request) = request_report(&mut on_a, &session, "INS-2024-009").await;
+    let approval_id = request["approval_id"]
+        .as_str()
+        .expect("an approval id")
+        .to_string();
+    let seen_on_a = on_a.turn().await;
+    let seen_on_b = on_b.turn().await;
+    assert_eq!(seen_on_b.last(), seen_on_a.last());
+    assert!(tool_frames(&seen_on_a, "started").is_empty(), "{seen_on_a:#?}");
+    assert_eq!(tool_frames(&seen_on_b, "failed").len(), 1, "{seen_on_b:#?}");
+    assert!(streamed_text(&seen_on_b).contains("nobody approved it in time"));
+
+    // A late answer on B finds nothing to decide (the wait claimed the approval's record
+    // when it gave up; the record would have lapsed with the timeout anyway).
+    on_b.approve(&approval_id, true, None).await;
+    let error = on_b.error().await;
+    assert_eq!(error["error_code"], "unknown_approval", "{error}");
+    let entries = history_entries(&a, &session, &on_a.secret());
+    assert!(!entries.iter().any(|e| e["role"] == "approval"), "{entries:#?}");
 }
