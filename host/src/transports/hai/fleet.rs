@@ -30,6 +30,14 @@
 //! drops them for the other nodes and counts it, and a node that reads too
 //! slowly loses the oldest messages (`Lagged`), counted and logged; the history
 //! has what matters, and a client reloads it.
+//!
+//! Frames take a few milliseconds through the database, so a connection that
+//! joins a session on another node just as a turn ends may still get that
+//! turn's last frames. A decision sent to another node while the database is
+//! away does not arrive (the decider gets `storage_unavailable` after its
+//! history entry was committed) and the waiting tool times out. A node whose
+//! new session lost the claim to its id (see `Shared::record_session`) keeps it
+//! in memory until it is idle; its turns are refused as another's session.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
