@@ -53,6 +53,17 @@ async fn one_session_on_two_nodes(a: &TestNode, b: &TestNode, label: &str) -> (S
     (session, on_a, on_b)
 }
 
+/// Ask for the report of `inspection` (a tool that needs approval): its
+/// approval request, and the request's approval id.
+async fn ask_for_report(client: &mut Client, session: &str, inspection: &str) -> (Value, String) {
+    let (_, request) = request_report(client, session, inspection).await;
+    let approval_id = request["approval_id"]
+        .as_str()
+        .expect("an approval id")
+        .to_string();
+    (request, approval_id)
+}
+
 /// Answer an approval id nobody asked for, and return every frame up to that
 /// refusal: the connection handles its frames in order, so whatever it was
 /// going to say about earlier answers has been said by then.
@@ -151,11 +162,7 @@ async fn an_approval_asked_on_one_node_is_answered_on_the_other_and_the_tool_run
     let (a, b) = fleet();
     let (session, mut on_a, mut on_b) = one_session_on_two_nodes(&a, &b, "fleet-approve").await;
 
-    let (_, request) = request_report(&mut on_a, &session, "INS-2024-007").await;
-    let approval_id = request["approval_id"]
-        .as_str()
-        .expect("an approval id")
-        .to_string();
+    let (request, approval_id) = ask_for_report(&mut on_a, &session, "INS-2024-007").await;
     let mirrored = on_b
         .until(|f| f["type"] == "tool_approval_request")
         .await
@@ -206,11 +213,7 @@ async fn racing_answers_on_two_nodes_decide_an_approval_exactly_once() {
     let mut decided = Vec::new();
     for round in 0..RACE_ROUNDS {
         let inspection = format!("INS-2024-{:03}", 100 + round);
-        let (_, request) = request_report(&mut on_a, &session, &inspection).await;
-        let approval_id = request["approval_id"]
-            .as_str()
-            .expect("an approval id")
-            .to_string();
+        let (_, approval_id) = ask_for_report(&mut on_a, &session, &inspection).await;
         on_b.until(|f| f["type"] == "tool_approval_request" && f["approval_id"] == approval_id.as_str())
             .await;
         let a_approves = round % 2 == 0;
@@ -293,11 +296,7 @@ async fn racing_answers_on_two_nodes_decide_an_approval_exactly_once() {
 async fn an_approval_that_timed_out_on_its_node_cannot_be_answered_on_the_other() {
     let (a, b) = fleet_with(&[("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "1500")]);
     let (session, mut on_a, mut on_b) = one_session_on_two_nodes(&a, &b, "fleet-timeout").await;
-    let (_, request) = request_report(&mut on_a, &session, "INS-2024-009").await;
-    let approval_id = request["approval_id"]
-        .as_str()
-        .expect("an approval id")
-        .to_string();
+    let (_, approval_id) = ask_for_report(&mut on_a, &session, "INS-2024-009").await;
     let seen_on_a = on_a.turn().await;
     let seen_on_b = on_b.turn().await;
     assert_eq!(seen_on_b.last(), seen_on_a.last());
