@@ -63,6 +63,18 @@ fn at_once<T: Send>(at_a: impl FnOnce() -> T + Send, at_b: impl FnOnce() -> T + 
     })
 }
 
+/// Of two replies to one race, exactly one is a `kind`: (it, the other).
+fn one_of_two<'r>(at_a: &'r Reply, at_b: &'r Reply, kind: &str, round: usize) -> (&'r Reply, &'r Reply) {
+    match (at_a.kind() == kind, at_b.kind() == kind) {
+        (true, false) => (at_a, at_b),
+        (false, true) => (at_b, at_a),
+        _ => panic!(
+            "round {round}: not exactly one {kind}: {} / {}",
+            at_a.envelope, at_b.envelope
+        ),
+    }
+}
+
 #[test]
 fn a_signed_envelope_sent_to_both_nodes_at_once_is_accepted_by_exactly_one() {
     let (a, b) = two_nodes(&[envelopes::PLUGIN]);
@@ -76,18 +88,7 @@ fn a_signed_envelope_sent_to_both_nodes_at_once_is_accepted_by_exactly_one() {
             || envelopes::send(&a, &hello, &did),
             || envelopes::send(&b, &hello, &did),
         );
-        let welcomed: Vec<&Reply> = [&at_a, &at_b]
-            .into_iter()
-            .filter(|r| r.kind() == "WELCOME")
-            .collect();
-        assert_eq!(
-            welcomed.len(),
-            1,
-            "round {round}: {} / {}",
-            at_a.envelope,
-            at_b.envelope
-        );
-        let refused = if at_a.kind() == "WELCOME" { &at_b } else { &at_a };
+        let (_, refused) = one_of_two(&at_a, &at_b, "WELCOME", round);
         refused.assert_error(401, "the copy at the other node");
         assert!(
             refused.payload()["message"]
@@ -149,19 +150,8 @@ fn one_offer_accepted_at_both_nodes_at_once_yields_one_result_and_one_refusal() 
             || envelopes::send(&a, &accept_a, &did),
             || envelopes::send(&b, &accept_b, &did),
         );
-        let results: Vec<&Reply> = [&at_a, &at_b]
-            .into_iter()
-            .filter(|r| r.kind() == "RESULT")
-            .collect();
-        assert_eq!(
-            results.len(),
-            1,
-            "round {round}: {} / {}",
-            at_a.envelope,
-            at_b.envelope
-        );
-        assert_eq!(results[0].payload()["data"]["count"], 168);
-        let refused = if at_a.kind() == "RESULT" { &at_b } else { &at_a };
+        let (result, refused) = one_of_two(&at_a, &at_b, "RESULT", round);
+        assert_eq!(result.payload()["data"]["count"], 168);
         refused.assert_error(400, "the second ACCEPT");
         assert_eq!(refused.payload()["request_id"], request_id.as_str());
         // Either node reports the same state of the request.
