@@ -95,6 +95,9 @@ pub struct Metrics {
     pub bodies_refused: Family<ReasonLabels, Counter>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<HttpRouteLabels, Histogram>,
+    /// HAI frames a fleet's nodes did not pass between them (outbox full,
+    /// publish failed, read too slowly); zero on a single node.
+    pub fleet_frames_lost: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -162,8 +165,15 @@ impl Metrics {
             "Time from a request's arrival to its response head, by route template and method",
             http_duration.clone(),
         );
+        let fleet_frames_lost = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "fleet_frames_lost",
+            "HAI frames not passed between the nodes of a fleet, by reason",
+            fleet_frames_lost.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            fleet_frames_lost,
             http_requests,
             http_duration,
             connections_open,

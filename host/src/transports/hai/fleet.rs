@@ -42,11 +42,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
 use super::session::Hub;
+use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::ApprovalOutcome;
 use crate::store::{FleetMessage, Store};
 
@@ -108,13 +111,21 @@ struct FrameBatch {
     frames: Vec<SessionFrame>,
 }
 
-/// How much of the fan-out was lost, running totals for the logs.
-#[derive(Debug, Default)]
+/// How much of the fan-out was lost: running totals for the logs, and
+/// `agora_fleet_frames_lost_total{reason}` for a monitor.
+#[derive(Debug)]
 struct FleetCounts {
     /// Frames not sent to the other nodes (outbox full, or publishing failed).
     frames_not_sent: AtomicU64,
     /// Messages of other nodes this node read too late to get (`Lagged`).
     messages_missed: AtomicU64,
+    lost: Family<ReasonLabels, Counter>,
+}
+
+impl FleetCounts {
+    fn lost(&self, reason: &'static str, count: u64) {
+        self.lost.get_or_create(&ReasonLabels { reason }).inc_by(count);
+    }
 }
 
 /// This node's way to the other nodes of the fleet: cheap to clone, never blocks.
@@ -128,7 +139,7 @@ pub struct FleetOut {
 impl FleetOut {
     /// The fan-out of a store shared by several nodes, or `None` on the
     /// embedded store. Starts the node's sending task (and needs a runtime).
-    pub fn start(store: &Store) -> Option<FleetOut> {
+    pub fn start(store: &Store, metrics: &Metrics) -> Option<FleetOut> {
         if store.backend_name() == "sled" || tokio::runtime::Handle::try_current().is_err() {
             return None;
         }
@@ -136,7 +147,11 @@ impl FleetOut {
         let fleet = FleetOut {
             outbox,
             store: store.clone(),
-            counts: Arc::default(),
+            counts: Arc::new(FleetCounts {
+                frames_not_sent: AtomicU64::new(0),
+                messages_missed: AtomicU64::new(0),
+                lost: metrics.fleet_frames_lost.clone(),
+            }),
         };
         tokio::spawn(send_frames(store.clone(), queued, fleet.counts.clone()));
         Some(fleet)
@@ -154,6 +169,7 @@ impl FleetOut {
             frame: frame.to_string(),
         });
         if queued.is_err() {
+            self.counts.lost("outbox_full", 1);
             let lost = self.counts.frames_not_sent.fetch_add(1, Ordering::Relaxed) + 1;
             // Once per power of two, not once per frame, while it lasts.
             if lost.is_power_of_two() {
@@ -190,6 +206,7 @@ async fn send_frames(store: Store, mut queued: mpsc::Receiver<SessionFrame>, cou
         let batch = FrameBatch { frames };
         if let Err(error) = store.publish(FRAMES_TOPIC, &batch).await {
             let lost = batch.frames.len() as u64;
+            counts.lost("publish_failed", lost);
             let total = counts.frames_not_sent.fetch_add(lost, Ordering::Relaxed) + lost;
             tracing::warn!(transport = "hai", lost, total, %error, "hai: frames not sent to the other nodes");
         }
@@ -202,6 +219,7 @@ async fn receive(hub: Weak<Hub>, mut inbox: broadcast::Receiver<FleetMessage>, c
         let message = match inbox.recv().await {
             Ok(message) => message,
             Err(RecvError::Lagged(missed)) => {
+                counts.lost("read_too_slowly", missed);
                 let total = counts.messages_missed.fetch_add(missed, Ordering::Relaxed) + missed;
                 tracing::warn!(
                     transport = "hai",

@@ -87,7 +87,10 @@ pub fn router(state: NodeState) -> Router {
     let path = if path.is_empty() { "/ws" } else { path }.to_string();
     let page = CLIENT_HTML.replace("{{WS_PATH}}", &path);
     let shared = Shared {
-        hub: Hub::new(Limits::from_config(config), fleet::FleetOut::start(&state.store)),
+        hub: Hub::new(
+            Limits::from_config(config),
+            fleet::FleetOut::start(&state.store, state.runtime.metrics()),
+        ),
         node: state,
         page: Arc::from(page),
     };
