@@ -140,7 +140,7 @@ impl FleetOut {
     /// The fan-out of a store shared by several nodes, or `None` on the
     /// embedded store. Starts the node's sending task (and needs a runtime).
     pub fn start(store: &Store, metrics: &Metrics) -> Option<FleetOut> {
-        if store.backend_name() == "sled" || tokio::runtime::Handle::try_current().is_err() {
+        if !store.is_shared() || tokio::runtime::Handle::try_current().is_err() {
             return None;
         }
         let (outbox, queued) = mpsc::channel(OUTBOX_FRAMES);
