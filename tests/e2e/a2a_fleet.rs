@@ -1,7 +1,7 @@
-//! A2A on a fleet: two nodes on one PostgreSQL database. A task started at
-//! one node is read at the other, a context's history follows the client to
-//! whichever node it reaches, and a task one node runs cannot be continued or
-//! canceled through the other (it says so, and the task is not disturbed).
+//! A2A on a fleet: two nodes on one PostgreSQL database, as behind a load
+//! balancer. A task started at one node is read at the other, a context's
+//! history follows the client to whichever node it reaches, and a task one node
+//! runs is approved, rejected (streaming) or canceled through the other.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -93,34 +93,76 @@ fn a_task_and_its_context_are_read_and_continued_at_either_node() {
     assert_eq!(listed["result"]["nextPageToken"], "");
 }
 
-#[test]
-fn a_task_waiting_at_one_node_is_not_released_or_canceled_through_the_other() {
-    let database = Postgres::shared().create_database();
-    let (a, b) = (node(&database), node(&database));
-    let parked = send(&a, "generate the report for INS-2024-001", None);
+/// A task `node` starts and parks on the high-risk report tool: (task id, approval id).
+fn parked_report(node: &TestNode) -> (String, String) {
+    let parked = send(node, "generate the report for INS-2024-001", None);
     assert_eq!(parked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{parked}");
     let approval = parked["status"]["message"]["parts"]
         .as_array()
         .and_then(|parts| parts.iter().find_map(|part| part.get("data")))
-        .cloned()
-        .expect("an approval data part");
-    let task_id = parked["id"].as_str().unwrap();
+        .and_then(|data| data["approval_id"].as_str())
+        .expect("an approval data part")
+        .to_string();
+    (parked["id"].as_str().expect("a task id").to_string(), approval)
+}
 
-    // Node B sees the waiting task, but cannot release or cancel what A runs.
-    let seen = rpc(&b, "GetTask", json!({"id": task_id}));
-    assert_eq!(seen["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
-    let decision = json!({"message": {"messageId": uuid(), "role": "ROLE_USER", "taskId": task_id,
-        "parts": [{"data": {"approval_id": approval["approval_id"], "approved": true}}]}});
-    let refused = rpc(&b, "SendMessage", decision.clone());
-    assert_eq!(refused["error"]["code"], -32004, "{refused}");
-    let refused = rpc(&b, "CancelTask", json!({"id": task_id}));
-    assert_eq!(refused["error"]["code"], -32004, "{refused}");
+fn decision(task_id: &str, approval_id: &str, approved: bool) -> Value {
+    json!({"message": {"messageId": uuid(), "role": "ROLE_USER", "taskId": task_id,
+        "parts": [{"data": {"approval_id": approval_id, "approved": approved, "feedback": "not from this node"}}]}})
+}
 
-    // At node A the same answer releases it: the tool runs and the task completes.
-    let done = rpc(&a, "SendMessage", decision);
+#[test]
+fn a_task_waiting_at_one_node_is_answered_and_canceled_through_the_other() {
+    let database = Postgres::shared().create_database();
+    let (a, b) = (node(&database), node(&database));
+
+    // Approved at B: A runs the tool, and B answers with the end A stored.
+    let (task_id, approval_id) = parked_report(&a);
+    let wrong = rpc(&b, "SendMessage", decision(&task_id, "appr_not_this_one", true));
+    assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+    let done = rpc(&b, "SendMessage", decision(&task_id, &approval_id, true));
     let task = &done["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
     assert!(answer_text(task).contains("RPT-"), "{}", answer_text(task));
-    let seen = rpc(&b, "GetTask", json!({"id": task_id}));
+    let seen = rpc(&a, "GetTask", json!({"id": task_id}));
     assert_eq!(seen["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+
+    // Rejected at B over a stream: the Task first, the end last, the feedback quoted.
+    let (task_id, approval_id) = parked_report(&a);
+    let request = json!({"jsonrpc": "2.0", "id": 9, "method": "SendStreamingMessage",
+        "params": decision(&task_id, &approval_id, false)});
+    let reply = support::post_with_headers(
+        &b.url("/a2a"),
+        &[("content-type", "application/json"), ("a2a-version", "1.0")],
+        request.to_string().as_bytes(),
+    );
+    assert!(
+        reply.content_type.starts_with("text/event-stream"),
+        "{}",
+        reply.body
+    );
+    let events: Vec<Value> = reply
+        .body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str(data.trim()).expect("an event is JSON"))
+        .collect();
+    let first = &events.first().expect("events")["result"];
+    assert_eq!(first["task"]["id"], task_id.as_str(), "{first}");
+    let last = &events.last().expect("events")["result"]["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{last}");
+    let text = last["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("not from this node"), "{text}");
+
+    // Canceled at B: A stops the call.
+    let (task_id, _) = parked_report(&a);
+    let canceled = rpc(&b, "CancelTask", json!({"id": task_id}));
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let again = rpc(&a, "CancelTask", json!({"id": task_id}));
+    assert_eq!(again["error"]["code"], -32002, "{again}");
 }

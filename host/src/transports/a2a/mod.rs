@@ -12,6 +12,7 @@
 //! - [`wire`]: the 1.0 objects as ProtoJSON, and what an inbound message must be.
 //! - [`state`]: running tasks, stored tasks and contexts, the bounds.
 //! - [`run`]: one task's plugin call, its events, and the host's approvals.
+//! - [`fleet`]: approvals and cancels for tasks another node of the fleet runs.
 //! - [`error`]: [`A2aError`], the one place errors become JSON-RPC errors.
 //!
 //! Choices the issue left to us, documented in the README:
@@ -19,11 +20,12 @@
 //!   always sends it); another major (`0.3`, `99.0`) gets `-32009`;
 //! - `ListTasks` needs a `contextId`: a context id is the capability to read
 //!   its tasks, and an open port must not list everyone's conversations;
-//! - a continued task is answered on the node that runs it; a node of a fleet
-//!   that does not run it answers `-32004`.
+//! - a task runs on the node that started it; on a fleet, another node takes
+//!   its approval or cancel and hands it over ([`fleet`]).
 
 mod card;
 pub mod error;
+mod fleet;
 mod run;
 mod state;
 pub mod wire;
@@ -64,6 +66,7 @@ pub fn router(node: NodeState) -> Router {
     let path = if path.is_empty() { "/".to_string() } else { path };
     let limit = node.config.a2a.max_body_bytes;
     let shared = A2a::new(node);
+    fleet::listen(&shared);
     Router::new()
         .route(CARD_PATH, get(agent_card))
         .route(&path, post(rpc).layer(DefaultBodyLimit::max(limit)))
@@ -225,9 +228,10 @@ impl Request {
     async fn send_message(self, params: Value) -> Result<Answer, A2aError> {
         let request: SendMessageRequest = wire::params(params)?;
         let configuration = request.configuration.unwrap_or_default();
-        let (task_id, events) = self.start_or_resume(request.message).await?;
+        let progress = self.start_or_resume(request.message).await?;
+        let task_id = progress.task_id().to_string();
         if !configuration.return_immediately {
-            self.until_interrupted(events).await;
+            self.until_interrupted(progress).await?;
         }
         let task = self.task(&task_id).await?;
         let task = task.view(configuration.history_length, true);
@@ -236,9 +240,11 @@ impl Request {
 
     async fn send_streaming_message(self, params: Value) -> Result<Answer, A2aError> {
         let request: SendMessageRequest = wire::params(params)?;
-        let (task_id, events) = self.start_or_resume(request.message).await?;
-        let _ = task_id;
-        Ok(Answer::Stream(self.stream(events)))
+        let progress = self.start_or_resume(request.message).await?;
+        Ok(Answer::Stream(match progress {
+            Progress::Here(snapshot, events) => self.stream(*snapshot, events),
+            Progress::Elsewhere { task_id, since } => self.stream_from_store(task_id, since),
+        }))
     }
 
     async fn get_task(self, params: Value) -> Result<Answer, A2aError> {
@@ -326,10 +332,19 @@ impl Request {
         if task.status.state.is_terminal() {
             return Err(A2aError::TaskNotCancelable(state_name(task.status.state)));
         }
-        Err(A2aError::Unsupported(format!(
-            "task {} runs on another node of this fleet; cancel it there",
-            request.id
-        )))
+        // Another node of the fleet runs it: ask that node, and read the end back.
+        fleet::forward(
+            &self.shared,
+            &fleet::Forwarded::Cancel {
+                task_id: task.id.clone(),
+            },
+        )
+        .await?;
+        let task = fleet::wait_for(&self.shared, &task.id, CANCEL_WAIT, |task| {
+            task.status.state.is_terminal()
+        })
+        .await?;
+        Ok(Answer::Result(serde_json::to_value(task)?))
     }
 
     async fn subscribe(self, params: Value) -> Result<Answer, A2aError> {
@@ -342,7 +357,8 @@ impl Request {
                 state_name(task.status.state)
             )));
         };
-        Ok(Answer::Stream(self.stream(live.watch())))
+        let (snapshot, events) = live.watch();
+        Ok(Answer::Stream(self.stream(snapshot, events)))
     }
 
     async fn task(&self, id: &str) -> Result<Task, A2aError> {
@@ -354,7 +370,7 @@ impl Request {
 
     /// A new task for a message without `taskId`; else the answer to the
     /// task's pending approval. Either way: the task, and its events from then.
-    async fn start_or_resume(&self, mut message: Message) -> Result<(String, Watched), A2aError> {
+    async fn start_or_resume(&self, mut message: Message) -> Result<Progress, A2aError> {
         wire::validate_message(&message, &self.limits())?;
         if let Some(task_id) = message.task_id.clone() {
             return self.resume(&task_id, message).await;
@@ -388,75 +404,175 @@ impl Request {
         .await?;
         shared.node.store.commit().await?;
         let live = shared.insert_live(task);
-        let watched = live.watch();
+        let (snapshot, events) = live.watch();
         tokio::spawn(run::run(shared.clone(), live, slot));
-        Ok((task_id, watched))
+        Ok(Progress::Here(Box::new(snapshot), events))
     }
 
-    async fn resume(&self, task_id: &str, message: Message) -> Result<(String, Watched), A2aError> {
-        let Some(live) = self.shared.live(task_id) else {
-            let task = self.task(task_id).await?;
-            if task.status.state.is_terminal() {
-                return Err(A2aError::InvalidParams(format!(
-                    "task {task_id} is {}; send a message without taskId (same contextId) to go on",
-                    state_name(task.status.state)
-                )));
-            }
-            return Err(A2aError::Unsupported(format!(
-                "task {task_id} runs on another node of this fleet; continue it there"
-            )));
+    /// The client's answer to a task's pending approval, applied where the task
+    /// runs: here, or (a fleet) on the node that runs it ([`fleet`]).
+    async fn resume(&self, task_id: &str, mut message: Message) -> Result<Progress, A2aError> {
+        let live = self.shared.live(task_id);
+        let task = match &live {
+            Some(live) => live.snapshot(),
+            None => self.task(task_id).await?,
         };
-        let snapshot = live.snapshot();
         if message
             .context_id
             .as_ref()
-            .is_some_and(|context| *context != snapshot.context_id)
+            .is_some_and(|context| *context != task.context_id)
         {
             return Err(A2aError::InvalidParams(format!(
                 "task {task_id} belongs to another contextId"
             )));
         }
-        let mut message = message;
-        message.context_id = Some(snapshot.context_id.clone());
+        if task.status.state.is_terminal() {
+            return Err(A2aError::InvalidParams(format!(
+                "task {task_id} is {}; send a message without taskId (same contextId) to go on",
+                state_name(task.status.state)
+            )));
+        }
+        message.context_id = Some(task.context_id.clone());
         let decided = message.data().cloned();
-        let watched = live.resume(message, |pending| run::decision_of(pending, decided.as_ref()))?;
+        let progress = match live {
+            Some(live) => {
+                let (snapshot, events) = live.resume(message, |pending| {
+                    run::decision_of(&pending.approval_id, decided.as_ref())
+                })?;
+                // Not stored as working: the runner stores the next state a client
+                // waits for, and a later write of this one could overwrite it.
+                Progress::Here(Box::new(snapshot), events)
+            }
+            None => {
+                let Some(approval_id) = fleet::pending_approval(&task) else {
+                    return Err(A2aError::InvalidParams(format!(
+                        "task {task_id} is not waiting for input (it is {})",
+                        state_name(task.status.state)
+                    )));
+                };
+                run::decision_of(&approval_id, decided.as_ref())?;
+                let forwarded = fleet::Forwarded::Decide {
+                    task_id: task_id.to_string(),
+                    message,
+                };
+                fleet::forward(&self.shared, &forwarded).await?;
+                Progress::Elsewhere {
+                    task_id: task_id.to_string(),
+                    since: task.status.timestamp.clone(),
+                }
+            }
+        };
         if let Some(data) = decided {
             let body = json!({"approval_id": data.get("approval_id"), "approved": data.get("approved"), "feedback": data.get("feedback"), "task_id": task_id});
-            if let Err(error) = run::append(&self.shared, &snapshot.context_id, "approval", body).await {
+            if let Err(error) = run::append(&self.shared, &task.context_id, "approval", body).await {
                 tracing::warn!(transport = "a2a", task = %task_id, %error, "the approval was not recorded in the history");
             }
         }
-        let task = live.snapshot();
-        if let Err(error) = self.shared.save(&task).await {
-            tracing::warn!(transport = "a2a", task = %task_id, %error, "the resumed task was not stored");
-        }
-        Ok((task_id.to_string(), watched))
+        Ok(progress)
     }
 
-    /// Wait until the task ends or waits for the client, at most until a little
-    /// before the listener's request timeout (then the task is answered as it
-    /// stands, still working; the client polls `GetTask`).
-    async fn until_interrupted(&self, (snapshot, mut events): Watched) {
-        if snapshot.status.state.is_interrupted() {
-            return;
-        }
+    /// How long a `SendMessage` waits: a little less than the listener's request
+    /// timeout (then the task is answered as it stands, still working; the
+    /// client polls `GetTask`).
+    fn wait_budget(&self) -> Duration {
         let timeout = Duration::from_millis(self.shared.node.config.http.request_timeout_ms);
-        let budget = timeout.saturating_sub((timeout / 10).max(Duration::from_millis(500)));
-        let _ = tokio::time::timeout(budget, async {
-            loop {
-                match events.recv().await {
-                    Ok(event) if event.state().is_some_and(TaskState::is_interrupted) => break,
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => break,
+        timeout.saturating_sub((timeout / 10).max(Duration::from_millis(500)))
+    }
+
+    /// Wait until the task ends or waits for the client (or the budget runs out).
+    async fn until_interrupted(&self, progress: Progress) -> Result<(), A2aError> {
+        match progress {
+            Progress::Here(snapshot, mut events) => {
+                if snapshot.status.state.is_interrupted() {
+                    return Ok(());
+                }
+                let _ = tokio::time::timeout(self.wait_budget(), async {
+                    loop {
+                        match events.recv().await {
+                            Ok(event) if event.state().is_some_and(TaskState::is_interrupted) => break,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => break,
+                        }
+                    }
+                })
+                .await;
+            }
+            Progress::Elsewhere { task_id, since } => {
+                fleet::wait_for(&self.shared, &task_id, self.wait_budget(), |task| {
+                    task.status.timestamp != since && task.status.state.is_interrupted()
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The SSE answer for a task another node runs, read back from the store:
+    /// the task (working: the answer is on its way to its runner), then, once
+    /// the runner has stored the next state a client waits for, the whole
+    /// answer and that status, which ends the stream.
+    fn stream_from_store(&self, task_id: String, since: String) -> Response {
+        let idle = Duration::from_millis(self.shared.node.config.a2a.stream_idle_timeout_ms);
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        let shared = self.shared.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            let event = |result: &StreamResponse| {
+                Event::default().data(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+            };
+            // The answer is on its way to the runner: the task is working again.
+            let mut working = match shared.load(&task_id).await {
+                Ok(Some(task)) => task,
+                Ok(None) => return,
+                Err(error) => {
+                    let _ = sender.send(error_event(&id, &error)).await;
+                    return;
+                }
+            };
+            working.status = state::status(TaskState::Working, None);
+            if sender
+                .send(Ok(event(&StreamResponse::Task(working))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let moved_on = |task: &Task| task.status.timestamp != since && task.status.state.is_interrupted();
+            let end = match fleet::wait_for(&shared, &task_id, idle, moved_on).await {
+                Ok(task) if moved_on(&task) => task,
+                Ok(_) => return,
+                Err(error) => {
+                    let _ = sender.send(error_event(&id, &error)).await;
+                    return;
+                }
+            };
+            for artifact in &end.artifacts {
+                let update = StreamResponse::ArtifactUpdate(wire::TaskArtifactUpdateEvent {
+                    task_id: end.id.clone(),
+                    context_id: end.context_id.clone(),
+                    artifact: artifact.clone(),
+                    append: false,
+                    last_chunk: true,
+                });
+                if sender.send(Ok(event(&update))).await.is_err() {
+                    return;
                 }
             }
-        })
-        .await;
+            let status = StreamResponse::StatusUpdate(wire::TaskStatusUpdateEvent {
+                task_id: end.id.clone(),
+                context_id: end.context_id.clone(),
+                status: end.status.clone(),
+            });
+            let _ = sender.send(Ok(event(&status))).await;
+        });
+        sse(futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|event| (event, receiver))
+        }))
     }
 
     /// The SSE answer: the task, then its events, closed right after the one
     /// that ends it or hands the turn to the client, or after an idle spell.
-    fn stream(&self, (snapshot, events): Watched) -> Response {
+    fn stream(&self, snapshot: Task, events: broadcast::Receiver<StreamResponse>) -> Response {
         let idle = Duration::from_millis(self.shared.node.config.a2a.stream_idle_timeout_ms);
         let id = self.id.clone();
         let events = futures::stream::unfold(
@@ -491,7 +607,21 @@ impl Request {
     }
 }
 
-type Watched = (Task, broadcast::Receiver<StreamResponse>);
+/// Where a task a request started or continued runs: here (its snapshot and
+/// events from then), or on another node of the fleet (read back from the store).
+enum Progress {
+    Here(Box<Task>, broadcast::Receiver<StreamResponse>),
+    Elsewhere { task_id: String, since: String },
+}
+
+impl Progress {
+    fn task_id(&self) -> &str {
+        match self {
+            Progress::Here(task, _) => &task.id,
+            Progress::Elsewhere { task_id, .. } => task_id,
+        }
+    }
+}
 
 fn error_event(id: &Value, error: &A2aError) -> Result<Event, Infallible> {
     Ok(Event::default()

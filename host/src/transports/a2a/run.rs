@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::A2aError;
-use super::state::{LiveTask, Pending, RunSlot, Shared, context_key};
+use super::state::{LiveTask, Pending, RunSlot, Shared, context_key, status};
 use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
 use crate::node::state::NodeState;
 use crate::runtime::{
@@ -63,23 +63,26 @@ pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot) {
         () = live.cancelled() => Outcome::Canceled,
         outcome = answer(&shared, &live, &task) => outcome,
     };
-    let final_task = match outcome {
-        Outcome::Answered(text) => live.set_status(
+    let ended = match outcome {
+        Outcome::Answered(text) => status(
             TaskState::Completed,
             Some(Message::agent(&task, vec![Part::text(text)])),
         ),
         Outcome::Failed(error) => {
             tracing::warn!(transport = "a2a", task = %task.id, %error, "task failed");
-            live.set_status(
+            status(
                 TaskState::Failed,
                 Some(Message::agent(&task, vec![Part::text(error.to_string())])),
             )
         }
-        Outcome::Canceled => live.set_status(TaskState::Canceled, None),
+        Outcome::Canceled => status(TaskState::Canceled, None),
     };
-    if let Err(error) = shared.save(&final_task).await {
+    // Stored before anyone hears of it: a client told the task ended finds it
+    // ended on every node, and after a restart.
+    if let Err(error) = store_task(&shared, &live.with_status(&ended)).await {
         tracing::warn!(transport = "a2a", task = %task.id, %error, "the task's end was not stored");
     }
+    live.publish_status(ended);
     shared.remove_live(&task.id);
     drop(slot);
 }
@@ -181,6 +184,13 @@ async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Resul
     shared.node.store.commit().await?;
     answer.finish();
     Ok(answer.text)
+}
+
+/// Store a task durably (committed), before a client hears of its state.
+async fn store_task(shared: &Shared, task: &Task) -> Result<(), A2aError> {
+    shared.save(task).await?;
+    shared.node.store.commit().await?;
+    Ok(())
 }
 
 /// Add to a context's conversation history (what the plugin's `history()` reads).
@@ -305,10 +315,12 @@ impl Answer<'_> {
             data["approval_id"].as_str().unwrap_or_default()
         );
         let message = Message::agent(&task, vec![Part::text(question), Part::data(data.clone())]);
-        let task = self.live.set_status(TaskState::InputRequired, Some(message));
-        if let Err(error) = shared.save(&task).await {
+        let waiting = status(TaskState::InputRequired, Some(message));
+        // Stored first, so any node of a fleet can take the answer once the client has the question.
+        if let Err(error) = store_task(shared, &self.live.with_status(&waiting)).await {
             tracing::warn!(transport = "a2a", task = %task.id, %error, "the approval request was not stored");
         }
+        self.live.publish_status(waiting);
     }
 }
 
@@ -378,19 +390,17 @@ impl crate::runtime::Approver for TaskApprover {
 /// Read a client's answer to the pending approval: the data part must name it
 /// and say `approved`; the feedback, if any, goes to the plugin verbatim.
 pub fn decision_of(
-    pending: &Pending,
+    approval_id: &str,
     data: Option<&Map<String, Value>>,
 ) -> Result<ApprovalOutcome, A2aError> {
     let Some(data) = data else {
         return Err(A2aError::InvalidParams(format!(
-            "the task waits for approval {}: answer with a data part {{\"approval_id\", \"approved\", \"feedback\"}}",
-            pending.approval_id
+            "the task waits for approval {approval_id}: answer with a data part {{\"approval_id\", \"approved\", \"feedback\"}}"
         )));
     };
-    if data.get("approval_id").and_then(Value::as_str) != Some(pending.approval_id.as_str()) {
+    if data.get("approval_id").and_then(Value::as_str) != Some(approval_id) {
         return Err(A2aError::InvalidParams(format!(
-            "approval_id does not name the pending approval ({})",
-            pending.approval_id
+            "approval_id does not name the pending approval ({approval_id})"
         )));
     }
     let Some(approved) = data.get("approved").and_then(Value::as_bool) else {

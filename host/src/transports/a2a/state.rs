@@ -316,18 +316,26 @@ impl LiveTask {
 
     /// Set the task's status and tell its readers.
     pub fn set_status(&self, state: TaskState, message: Option<Message>) -> Task {
+        self.publish_status(status(state, message))
+    }
+
+    /// Set a status made earlier (and stored before its readers hear of it).
+    pub fn publish_status(&self, status: TaskStatus) -> Task {
         self.update(|task| {
-            task.status = TaskStatus {
-                state,
-                message,
-                timestamp: timestamp_now(),
-            };
+            task.status = status;
             Some(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: task.id.clone(),
                 context_id: task.context_id.clone(),
                 status: task.status.clone(),
             }))
         })
+    }
+
+    /// The task as `status` would leave it.
+    pub fn with_status(&self, status: &TaskStatus) -> Task {
+        let mut task = self.snapshot();
+        task.status = status.clone();
+        task
     }
 
     /// Register the one approval this task waits for; false if one already waits.
@@ -413,6 +421,15 @@ impl LiveTask {
             return;
         }
         self.cancel.notified().await;
+    }
+}
+
+/// A status as of now.
+pub fn status(state: TaskState, message: Option<Message>) -> TaskStatus {
+    TaskStatus {
+        state,
+        message,
+        timestamp: timestamp_now(),
     }
 }
 
