@@ -349,16 +349,25 @@ impl Request {
 
     async fn subscribe(self, params: Value) -> Result<Answer, A2aError> {
         let request: TaskIdRequest = wire::params(params)?;
-        let Some(live) = self.shared.live(&request.id) else {
-            let task = self.task(&request.id).await?;
+        if let Some(live) = self.shared.live(&request.id) {
+            let (snapshot, events) = live.watch();
+            return Ok(Answer::Stream(self.stream(snapshot, events)));
+        }
+        let task = self.task(&request.id).await?;
+        if task.status.state.is_terminal() {
             return Err(A2aError::Unsupported(format!(
                 "task {} is {}; only a running task can be subscribed to",
                 task.id,
                 state_name(task.status.state)
             )));
-        };
-        let (snapshot, events) = live.watch();
-        Ok(Answer::Stream(self.stream(snapshot, events)))
+        }
+        // Another node of the fleet runs it.
+        Ok(Answer::Stream(if task.status.state.is_interrupted() {
+            let (_, events) = broadcast::channel(1);
+            self.stream(task, events)
+        } else {
+            self.stream_from_store(task.id.clone(), task.status.timestamp.clone())
+        }))
     }
 
     async fn task(&self, id: &str) -> Result<Task, A2aError> {
