@@ -436,6 +436,8 @@ pub struct A2aConfig {
     pub description: String,
     /// Plugin answering A2A messages; empty: the HAI assistant.
     pub default_plugin: String,
+    /// When not empty, `POST {path}` requires `Authorization: Bearer <this>`.
+    pub auth_token: String,
     pub max_body_bytes: usize,
     pub max_parts_per_message: usize,
     pub max_tasks_per_context: usize,

@@ -51,7 +51,7 @@ pub fn agent_card(node: &NodeState, host_header: Option<&str>) -> Value {
             }));
         }
     }
-    json!({
+    let mut card = json!({
         "name": config.a2a.name,
         "description": config.a2a.description,
         "version": env!("CARGO_PKG_VERSION"),
@@ -64,7 +64,12 @@ pub fn agent_card(node: &NodeState, host_header: Option<&str>) -> Value {
         "defaultInputModes": MODES,
         "defaultOutputModes": MODES,
         "skills": skills,
-    })
+    });
+    if !config.a2a.auth_token.is_empty() {
+        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}});
+        card["securityRequirements"] = json!([{"schemes": {"bearer": {}}}]);
+    }
+    card
 }
 
 /// The JSON-RPC URL: `a2a.public_url` + `a2a.path`, or else the address the
