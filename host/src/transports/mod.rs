@@ -16,6 +16,7 @@
 pub mod a2a;
 pub mod agora;
 pub mod arena;
+pub mod chunks;
 pub mod envelopes;
 pub mod hai;
 pub mod uagents;

@@ -32,6 +32,7 @@ use crate::runtime::{
     ApprovalOutcome, ApprovalRequest, Call, Exchange, LoadedPlugin, Phase, PluginEvent, TransportKind,
 };
 use crate::store::now_ms;
+use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// Host-only event kinds (a plugin's `emit` of `host.*` is refused): the
@@ -146,8 +147,7 @@ async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Resul
     let mut answer = Answer {
         live,
         artifact_id: super::wire::new_id(),
-        text: String::new(),
-        held: None,
+        chunks: ChunkedAnswer::new(MAX_ANSWER_BYTES),
         sent_any: false,
     };
     let invoke = node.runtime.invoke(&plugin, call, exchange);
@@ -168,7 +168,7 @@ async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Resul
         .as_str()
         .or_else(|| reply.as_str())
         .unwrap_or_default();
-    if answer.text.is_empty() {
+    if answer.chunks.text().is_empty() {
         if stated.trim().is_empty() {
             return Err(A2aError::Internal("the agent gave no answer".into()));
         }
@@ -178,12 +178,12 @@ async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Resul
         shared,
         &task.context_id,
         "assistant",
-        json!({"content": answer.text, "task_id": task.id}),
+        json!({"content": answer.chunks.text(), "task_id": task.id}),
     )
     .await?;
     shared.node.store.commit().await?;
     answer.finish();
-    Ok(answer.text)
+    Ok(answer.chunks.text().to_string())
 }
 
 /// Store a task durably (committed), before a client hears of its state.
@@ -212,9 +212,8 @@ pub async fn append(shared: &Shared, context_id: &str, role: &str, body: Value) 
 struct Answer<'a> {
     live: &'a Arc<LiveTask>,
     artifact_id: String,
-    text: String,
-    /// The latest chunk, held back so the last one can say `lastChunk: true`.
-    held: Option<String>,
+    /// The answer so far; its latest chunk is held back to say `lastChunk: true`.
+    chunks: ChunkedAnswer,
     sent_any: bool,
 }
 
@@ -254,32 +253,35 @@ impl Answer<'_> {
     }
 
     fn chunk(&mut self, content: &str) {
-        if content.is_empty() {
-            return;
-        }
-        if self.text.len() + content.len() > MAX_ANSWER_BYTES {
-            tracing::warn!(task = %self.live.id, "a2a: answer over {MAX_ANSWER_BYTES} bytes; the rest is dropped");
-            return;
-        }
-        self.text.push_str(content);
-        if let Some(previous) = self.held.replace(content.to_string()) {
-            self.send(previous, false);
+        match self.chunks.push(content) {
+            Ok(Some(previous)) => self.send(previous, false),
+            Ok(None) => {}
+            Err(OverLimit) => {
+                tracing::warn!(task = %self.live.id, "a2a: answer over {MAX_ANSWER_BYTES} bytes; the rest is dropped")
+            }
         }
     }
 
-    /// One `artifactUpdate`; the task's artifact always holds the text so far.
+    /// One `artifactUpdate`; the task's artifact holds all that was sent.
     fn send(&mut self, content: String, last: bool) {
         let append = self.sent_any;
         self.sent_any = true;
         let artifact_id = self.artifact_id.clone();
-        let so_far = self.text.clone();
         self.live.update(|task| {
-            let whole = Artifact {
-                artifact_id: artifact_id.clone(),
-                name: Some(ANSWER_ARTIFACT.into()),
-                parts: vec![Part::text(so_far)],
-            };
-            task.artifacts = vec![whole];
+            match task
+                .artifacts
+                .first_mut()
+                .and_then(|artifact| artifact.parts.first_mut())
+            {
+                Some(Part { text: Some(text), .. }) => text.push_str(&content),
+                _ => {
+                    task.artifacts = vec![Artifact {
+                        artifact_id: artifact_id.clone(),
+                        name: Some(ANSWER_ARTIFACT.into()),
+                        parts: vec![Part::text(content.clone())],
+                    }]
+                }
+            }
             Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
                 task_id: task.id.clone(),
                 context_id: task.context_id.clone(),
@@ -295,7 +297,7 @@ impl Answer<'_> {
     }
 
     fn flush(&mut self, last: bool) {
-        if let Some(held) = self.held.take() {
+        if let Some(held) = self.chunks.take_held() {
             self.send(held, last);
         }
     }
