@@ -56,6 +56,9 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// A2A 1.0 client (JSON-RPC binding).
+    #[command(subcommand)]
+    A2a(cli::a2a::Command),
     /// Agora two-party JSON client.
     #[command(subcommand)]
     Agora(cli::agora::Command),
@@ -140,8 +143,8 @@ async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-async fn run(cli: Cli) -> Result<(), String> {
-    match cli.command {
+async fn run(cli: Cli) -> Result<ExitCode, String> {
+    let done = match cli.command {
         Command::Serve(args) => serve(args, false).await,
         Command::Dev(args) => serve(args, true).await,
         Command::Plugin(PluginCommand::New { name, dir, lang }) => {
@@ -168,7 +171,10 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Agora(command) => cli::agora::run(command).await,
         Command::Envelope(command) => cli::envelope::run(command).await,
         Command::Uagents(command) => cli::uagents::run(command).await,
-    }
+        // Its own exit statuses: a task left waiting on input is not a failure.
+        Command::A2a(command) => return cli::a2a::run(command).await,
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 /// `--version`: the node's version and the plugin contract it speaks, so a
@@ -189,7 +195,7 @@ fn parse_cli() -> Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     match run(parse_cli()).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             eprintln!("agora-node: {error}");
             ExitCode::FAILURE

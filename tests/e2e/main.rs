@@ -4,6 +4,7 @@
 mod support;
 
 mod a2a_access;
+mod a2a_client;
 mod a2a_fleet;
 mod agora;
 mod almanac;

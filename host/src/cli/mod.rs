@@ -4,6 +4,7 @@
 //! system's plus `AGORA_TLS__CA_FILE`, the variable the node reads for
 //! `tls.ca_file`, so a CLI call trusts what the node trusts.
 
+pub mod a2a;
 pub mod agora;
 pub mod envelope;
 pub mod uagents;

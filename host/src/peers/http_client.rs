@@ -205,6 +205,49 @@ where
         })?
 }
 
+/// A response whose body the caller reads as it arrives (server-sent events),
+/// chunk by chunk, with its own bounds; only the headers are waited for here.
+pub struct StreamingResponse {
+    pub status: u16,
+    pub headers: axum::http::HeaderMap,
+    url: url::Url,
+    response: reqwest::Response,
+}
+
+impl StreamingResponse {
+    /// The next piece of the body, `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, ClientError> {
+        self.response.chunk().await.map_err(|e| send_error(&self.url, &e))
+    }
+}
+
+/// Send a request and return once the response headers are in (within
+/// `timeout`); a redirect is returned, not followed.
+pub async fn open_stream(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<StreamingResponse, ClientError> {
+    let parsed = url::Url::parse(url).map_err(|_| ClientError::InvalidUrl(url.to_string()))?;
+    let method = parse_method(method, url)?;
+    let request = build(&method, &parsed, headers, Bytes::from(body))?;
+    let mut response = tokio::time::timeout(timeout, request.send())
+        .await
+        .map_err(|_| ClientError::Timeout {
+            url: url.into(),
+            timeout_ms: timeout.as_millis() as u64,
+        })?
+        .map_err(|e| send_error(&parsed, &e))?;
+    Ok(StreamingResponse {
+        status: response.status().as_u16(),
+        headers: std::mem::take(response.headers_mut()),
+        url: parsed,
+        response,
+    })
+}
+
 /// One request and its body, read up to `max_response_bytes`.
 async fn exchange(
     method: &reqwest::Method,
@@ -213,17 +256,8 @@ async fn exchange(
     body: Bytes,
     max_response_bytes: usize,
 ) -> Result<HttpResponse, ClientError> {
-    let client = &tls::shared()
-        .map_err(|e| ClientError::Request {
-            url: url.to_string(),
-            message: e.to_string(),
-        })?
-        .http;
-    let mut builder = client.request(method.clone(), url.clone()).body(body);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let mut response = builder.send().await.map_err(|e| send_error(url, &e))?;
+    let request = build(method, url, headers, body)?;
+    let mut response = request.send().await.map_err(|e| send_error(url, &e))?;
     let too_large = || ClientError::TooLarge {
         url: url.to_string(),
         limit: max_response_bytes,
@@ -248,6 +282,26 @@ async fn exchange(
         headers,
         body: collected.freeze(),
     })
+}
+
+/// A request on the shared client.
+fn build(
+    method: &reqwest::Method,
+    url: &url::Url,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<reqwest::RequestBuilder, ClientError> {
+    let client = &tls::shared()
+        .map_err(|e| ClientError::Request {
+            url: url.to_string(),
+            message: e.to_string(),
+        })?
+        .http;
+    let mut builder = client.request(method.clone(), url.clone()).body(body);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    Ok(builder)
 }
 
 /// A failed exchange as the error its caller can act on: TLS failures name

@@ -12,8 +12,10 @@
 //! - [`envelopes`]: signed Agora envelopes (`agora-node envelope`).
 //! - [`uagents`]: uAgents envelopes to a peer's `/submit`.
 //! - [`almanac`]: registering in and resolving through a uAgents Almanac API.
+//! - [`a2a`]: A2A 1.0 agents over JSON-RPC (`agora-node a2a`).
 //! - [`outbound`]: a plugin's outbound call, checked against `outbound.allowed_hosts`.
 
+pub mod a2a;
 pub mod agora;
 pub mod almanac;
 pub mod envelopes;
