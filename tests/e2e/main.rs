@@ -3,6 +3,7 @@
 
 mod support;
 
+mod a2a;
 mod agora;
 mod almanac;
 mod arena;
