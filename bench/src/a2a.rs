@@ -52,7 +52,11 @@ pub async fn row11(settings: &Settings) -> Result<Row> {
         binary: &settings.node_bin,
         data_dir: data.path(),
         plugins: &["hai-assistant", "inspection-tools"],
-        env: &[],
+        // Every connection of the driver comes from one address: let each run a task.
+        env: &[(
+            "AGORA_A2A__MAX_RUNNING_TASKS_PER_IP",
+            settings.connections.to_string(),
+        )],
     })?;
     let target = Target {
         addr: node.addr,
