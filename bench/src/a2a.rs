@@ -52,10 +52,11 @@ pub async fn row11(settings: &Settings) -> Result<Row> {
         binary: &settings.node_bin,
         data_dir: data.path(),
         plugins: &["hai-assistant", "inspection-tools"],
-        // Every connection of the driver comes from one address: let each run a task.
+        // Every connection of the driver comes from one address. Each runs one task at a
+        // time; twice that leaves room for a task's slot, freed just after its answer.
         env: &[(
             "AGORA_A2A__MAX_RUNNING_TASKS_PER_IP",
-            settings.connections.to_string(),
+            (settings.connections * 2).to_string(),
         )],
     })?;
     let target = Target {
