@@ -727,3 +727,116 @@ fn beyond_the_running_task_cap_send_is_refused_and_the_node_keeps_serving() {
     );
     assert_completed(&send_raw(&node, "one more", None));
 }
+
+/// ProtoJSON of the 1.0 proto, wherever it occurs in `value`: a Part is exactly
+/// one of text/data/url/raw (no `kind`), enums are names, timestamps RFC 3339 with Z.
+fn assert_proto_json(value: &Value) {
+    match value {
+        Value::Object(object) => {
+            for (key, inner) in object {
+                match key.as_str() {
+                    "parts" => {
+                        for part in inner.as_array().expect("parts is a list") {
+                            let content = ["text", "data", "url", "raw"]
+                                .iter()
+                                .filter(|key| part.get(**key).is_some())
+                                .count();
+                            assert_eq!(content, 1, "a part is exactly one kind: {part}");
+                            assert!(part.get("kind").is_none(), "no `kind` member: {part}");
+                        }
+                    }
+                    "state" => assert!(text(inner).starts_with("TASK_STATE_"), "{value}"),
+                    "role" => assert!(text(inner).starts_with("ROLE_"), "{value}"),
+                    "timestamp" => assert!(text(inner).ends_with('Z'), "{value}"),
+                    _ => {}
+                }
+                assert_proto_json(inner);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(assert_proto_json),
+        _ => {}
+    }
+}
+
+#[test]
+fn a_raw_stream_is_sse_of_json_rpc_responses_each_with_the_request_id() {
+    let node = node();
+    let request = json!({
+        "jsonrpc": "2.0",
+        "id": "stream-7",
+        "method": "SendStreamingMessage",
+        "params": message_params(json!([{"text": "search hand washing"}])),
+    });
+    let headers = [("content-type", "application/json"), ("A2A-Version", "1.0")];
+    // Read to the end: the node closes the stream after the task completes.
+    let reply = post_with_headers(&node.url(A2A_PATH), &headers, request.to_string().as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.content_type.starts_with("text/event-stream"),
+        "{}",
+        reply.content_type
+    );
+    let events: Vec<Value> = reply
+        .body
+        .split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let data: Vec<&str> = block
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .collect();
+            serde_json::from_str(data.join("\n").trim())
+                .unwrap_or_else(|e| panic!("an event's data is JSON ({e}): {block:?}"))
+        })
+        .collect();
+    for event in &events {
+        assert_eq!(event["jsonrpc"], "2.0", "{event}");
+        assert_eq!(
+            event["id"], "stream-7",
+            "every event answers the request: {event}"
+        );
+        assert!(
+            event.get("result").is_some() && event.get("error").is_none(),
+            "{event}"
+        );
+        assert_proto_json(&event["result"]);
+    }
+    let results: Vec<&Value> = events.iter().map(|event| &event["result"]).collect();
+    let task_id = &results[0]["task"]["id"];
+    assert!(task_id.is_string(), "the Task first: {}", results[0]);
+    assert!(
+        results[1..].iter().any(|r| r.get("artifactUpdate").is_some()),
+        "{}",
+        reply.body
+    );
+    let last = results.last().expect("events");
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{last}"
+    );
+    assert_eq!(last["statusUpdate"]["taskId"], *task_id, "{last}");
+    // The stored task is ProtoJSON as well.
+    let got = rpc(&node, Some("1.0"), json!(1), "GetTask", json!({"id": task_id}));
+    assert_proto_json(&got["result"]);
+}
+
+#[test]
+fn a_rejected_report_over_streams_completes_with_the_feedback() {
+    let node = node();
+    let feedback = "Wrong inspection; use INS-2024-002 next time.";
+    let observed = sdk(&node, "reject", &[feedback, "--stream"]);
+    assert_parked_on_report(&observed["parked"]);
+    let events = observed["events"].as_array().expect("events");
+    let last = events.last().expect("events");
+    let state = text(&last["state"]);
+    assert!(
+        state == "TASK_STATE_COMPLETED" || state == "TASK_STATE_REJECTED",
+        "a rejection is not a failure: {observed}"
+    );
+    let streamed = assert_stream_shape(events, &observed["closed"], state, false);
+    assert!(
+        streamed.contains(&format!("\u{201c}{feedback}\u{201d}")),
+        "verbatim: {streamed}"
+    );
+    assert_eq!(observed["final"]["answer"], streamed, "{observed}");
+}
