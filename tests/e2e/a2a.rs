@@ -840,3 +840,30 @@ fn a_rejected_report_over_streams_completes_with_the_feedback() {
     );
     assert_eq!(observed["final"]["answer"], streamed, "{observed}");
 }
+
+#[test]
+fn a_context_holds_at_most_its_task_cap_and_a_new_context_is_served() {
+    let node = builder().env("AGORA_A2A__MAX_TASKS_PER_CONTEXT", "2").start();
+    let first = send_raw(&node, "one", None);
+    assert_completed(&first);
+    let context = text(&first["contextId"]).to_string();
+    assert_completed(&send_raw(&node, "two", Some(&context)));
+    let mut params = message_params(json!([{"text": "three"}]));
+    params["message"]["contextId"] = json!(context);
+    let refused = rpc(&node, Some("1.0"), json!("full"), "SendMessage", params);
+    assert_eq!(code(&refused), -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["data"][0]["reason"], "RESOURCE_EXHAUSTED",
+        "{refused}"
+    );
+    // The refused message left no task behind; other contexts go on.
+    let listed = rpc(
+        &node,
+        Some("1.0"),
+        json!("list"),
+        "ListTasks",
+        json!({"contextId": context}),
+    );
+    assert_eq!(listed["result"]["totalSize"], 2, "{listed}");
+    assert_completed(&send_raw(&node, "elsewhere", None));
+}
