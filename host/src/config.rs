@@ -441,6 +441,7 @@ pub struct A2aConfig {
     pub max_tasks_per_context: usize,
     pub max_running_tasks: usize,
     pub max_running_tasks_per_ip: usize,
+    pub new_tasks_per_ip_per_minute: u32,
     pub stream_idle_timeout_ms: u64,
     pub task_ttl_secs: u64,
     pub max_history_entries: usize,
@@ -661,6 +662,10 @@ impl Config {
         positive(
             "a2a.max_running_tasks_per_ip",
             self.a2a.max_running_tasks_per_ip as u64,
+        )?;
+        positive(
+            "a2a.new_tasks_per_ip_per_minute",
+            u64::from(self.a2a.new_tasks_per_ip_per_minute),
         )?;
         positive("a2a.stream_idle_timeout_ms", self.a2a.stream_idle_timeout_ms)?;
         positive("a2a.task_ttl_secs", self.a2a.task_ttl_secs)?;

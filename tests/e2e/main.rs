@@ -4,6 +4,7 @@
 mod support;
 
 mod a2a;
+mod a2a_fleet;
 mod agora;
 mod almanac;
 mod arena;

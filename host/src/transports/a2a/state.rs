@@ -12,14 +12,17 @@
 //! during it) reads as failed, once the node can know that: on a store of its
 //! own, or when it was this very process that ran it.
 //!
-//! Bounds: running tasks in total and per client address ([`RunSlot`]), tasks
-//! per context, and the task TTL for what is stored.
+//! Bounds: running tasks in total and per client address ([`RunSlot`]), new
+//! tasks per client address per minute, tasks per context, and the task TTL
+//! for what is stored. A client address is the listener's (IPv6 by /64).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use governor::{DefaultKeyedRateLimiter, Quota};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
@@ -46,7 +49,12 @@ pub struct A2a {
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
     running: Arc<Semaphore>,
     running_per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// `a2a.new_tasks_per_ip_per_minute`, one bucket per client address.
+    new_tasks: DefaultKeyedRateLimiter<IpAddr>,
 }
+
+/// Client buckets kept before idle (full) ones are dropped.
+const MAX_RATE_BUCKETS: usize = 10_000;
 
 /// A stored task and the process that ran it.
 #[derive(Serialize, Deserialize)]
@@ -69,12 +77,15 @@ pub fn context_key(context_id: &str) -> String {
 impl A2a {
     pub fn new(node: NodeState) -> Shared {
         let running = Arc::new(Semaphore::new(node.config.a2a.max_running_tasks));
+        let per_minute =
+            NonZeroU32::new(node.config.a2a.new_tasks_per_ip_per_minute).unwrap_or(NonZeroU32::MIN);
         Arc::new(A2a {
             node,
             run_id: uuid::Uuid::new_v4().to_string(),
             live: Mutex::new(HashMap::new()),
             running,
             running_per_ip: Arc::new(Mutex::new(HashMap::new())),
+            new_tasks: DefaultKeyedRateLimiter::keyed(Quota::per_minute(per_minute)),
         })
     }
 
@@ -85,6 +96,16 @@ impl A2a {
     /// A place for one more running task, or `Busy` naming the bound.
     pub fn reserve(&self, client: IpAddr) -> Result<RunSlot, A2aError> {
         let config = &self.node.config.a2a;
+        let client = crate::listener::caps::client_key(client);
+        if self.new_tasks.len() > MAX_RATE_BUCKETS {
+            self.new_tasks.retain_recent();
+        }
+        if self.new_tasks.check_key(&client).is_err() {
+            return Err(A2aError::Busy(format!(
+                "this client started {} tasks in the last minute (a2a.new_tasks_per_ip_per_minute); try again shortly",
+                config.new_tasks_per_ip_per_minute
+            )));
+        }
         let mut per_ip = self.running_per_ip.lock();
         let mine = per_ip.get(&client).copied().unwrap_or(0);
         if mine >= config.max_running_tasks_per_ip {
