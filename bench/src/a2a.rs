@@ -52,12 +52,16 @@ pub async fn row11(settings: &Settings) -> Result<Row> {
         binary: &settings.node_bin,
         data_dir: data.path(),
         plugins: &["hai-assistant", "inspection-tools"],
-        // Every connection of the driver comes from one address. Each runs one task at a
-        // time; twice that leaves room for a task's slot, freed just after its answer.
-        env: &[(
-            "AGORA_A2A__MAX_RUNNING_TASKS_PER_IP",
-            (settings.connections * 2).to_string(),
-        )],
+        // Every connection of the driver comes from one address, which the node's
+        // per-address bounds are for. Each connection runs one task at a time; twice
+        // that leaves room for a task's slot, freed just after its answer.
+        env: &[
+            (
+                "AGORA_A2A__MAX_RUNNING_TASKS_PER_IP",
+                (settings.connections * 2).to_string(),
+            ),
+            ("AGORA_A2A__NEW_TASKS_PER_IP_PER_MINUTE", u32::MAX.to_string()),
+        ],
     })?;
     let target = Target {
         addr: node.addr,

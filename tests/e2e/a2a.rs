@@ -867,3 +867,28 @@ fn a_context_holds_at_most_its_task_cap_and_a_new_context_is_served() {
     assert_eq!(listed["result"]["totalSize"], 2, "{listed}");
     assert_completed(&send_raw(&node, "elsewhere", None));
 }
+
+#[test]
+fn new_tasks_beyond_the_per_minute_rate_are_refused_while_reads_are_served() {
+    let node = builder()
+        .env("AGORA_A2A__NEW_TASKS_PER_IP_PER_MINUTE", "2")
+        .start();
+    let first = send_raw(&node, "one", None);
+    assert_completed(&first);
+    assert_completed(&send_raw(&node, "two", None));
+    let params = message_params(json!([{"text": "three"}]));
+    let refused = rpc(&node, Some("1.0"), json!("rate"), "SendMessage", params);
+    assert_eq!(code(&refused), -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["data"][0]["reason"], "RESOURCE_EXHAUSTED",
+        "{refused}"
+    );
+    let got = rpc(
+        &node,
+        Some("1.0"),
+        json!("get"),
+        "GetTask",
+        json!({"id": first["id"]}),
+    );
+    assert_eq!(got["result"]["id"], first["id"], "{got}");
+}
