@@ -592,6 +592,9 @@ fn an_oversized_body_gets_413_while_the_client_still_sends() {
         // ureq writes the whole body before it reads the answer.
         let reply = post(&node.url(A2A_PATH), "application/json", &huge);
         assert_eq!(reply.status, 413, "round {round}: {}", reply.body);
+        let answer = reply.json();
+        assert_eq!(answer["error"]["code"], -32600, "a JSON-RPC error body: {answer}");
+        assert_eq!(answer["id"], Value::Null, "{answer}");
     }
     let mut stream = open_port::connect(node.port);
     let reply = open_port::post_chunked(&mut stream, A2A_PATH, 4 * limit).expect("a chunked 413");
@@ -614,6 +617,8 @@ fn tasks_persist_across_a_restart() {
     assert_completed(&first);
     let context = text(&first["contextId"]).to_string();
     let second = send_raw(&node, "what did I say first?", Some(&context));
+    let parked = send_raw(&node, "generate the report for INS-2024-001", None);
+    assert_eq!(parked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{parked}");
     node.stop();
 
     let node = TestNode::builder().data_dir(data.path()).start();
@@ -642,6 +647,26 @@ fn tasks_persist_across_a_restart() {
         Some(2),
         "{listed}"
     );
+    // A task that waited when the node stopped reads as failed, and stays so.
+    let was_parked = rpc(
+        &node,
+        Some("1.0"),
+        json!("get"),
+        "GetTask",
+        json!({"id": parked["id"]}),
+    );
+    assert_eq!(
+        was_parked["result"]["status"]["state"], "TASK_STATE_FAILED",
+        "{was_parked}"
+    );
+    let cancel = rpc(
+        &node,
+        Some("1.0"),
+        json!("cancel"),
+        "CancelTask",
+        json!({"id": parked["id"]}),
+    );
+    assert_eq!(code(&cancel), -32002, "{cancel}");
     // The context's history came back too: it still answers with the first message.
     let third = send_raw(&node, "what did I say first?", Some(&context));
     assert!(third["artifacts"].to_string().contains("remember me"), "{third}");
