@@ -5,6 +5,7 @@
 //! Absolute numbers on a shared machine are noisy; the ratios (and the ratios
 //! of requests per CPU-second of each server process) are the result.
 
+mod a2a;
 mod ceiling;
 mod fleet;
 mod hai;
@@ -29,7 +30,7 @@ struct Cli {
     /// A few seconds in all, no Python peers: checks the harness still works (CI).
     #[arg(long)]
     smoke: bool,
-    /// Rows to run (1-8), comma-separated; default all.
+    /// Rows to run (1-11), comma-separated; default all.
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// Seconds of measured load per segment.
@@ -100,9 +101,9 @@ fn main() -> Result<()> {
     let wanted: Vec<u8> = if cli.rows.is_empty() {
         if cli.smoke {
             // No Python peers in smoke mode: their venvs take minutes to make.
-            vec![1, 3, 5, 6, 7, 8, 9, 10]
+            vec![1, 3, 5, 6, 7, 8, 9, 10, 11]
         } else {
-            (1..=10).collect()
+            (1..=11).collect()
         }
     } else {
         cli.rows.clone()

@@ -106,6 +106,7 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             8 => row8(settings).await,
             9 => crate::fleet::row9(settings).await,
             10 => crate::fleet::row10(settings).await,
+            11 => crate::a2a::row11(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod a2a;
 mod a2a_access;
 mod a2a_client;
 mod a2a_fleet;

@@ -27,10 +27,10 @@ const ENDPOINTS: [(&str, &str); 4] = [
     ("arena", "/arena"),
 ];
 
-struct RawReply {
-    status: u16,
+pub(crate) struct RawReply {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl RawReply {
@@ -58,7 +58,7 @@ fn connect_from(source: IpAddr, port: u16) -> TcpStream {
     stream
 }
 
-fn connect(port: u16) -> TcpStream {
+pub(crate) fn connect(port: u16) -> TcpStream {
     connect_from(IpAddr::from([127, 0, 0, 1]), port)
 }
 
@@ -104,7 +104,7 @@ fn read_reply(stream: &mut TcpStream) -> std::io::Result<RawReply> {
 
 /// Write a whole chunked body of `size` bytes, and only then read the reply,
 /// as a naive client does.
-fn post_chunked(stream: &mut TcpStream, path: &str, size: usize) -> std::io::Result<RawReply> {
+pub(crate) fn post_chunked(stream: &mut TcpStream, path: &str, size: usize) -> std::io::Result<RawReply> {
     write!(
         stream,
         "POST {path} HTTP/1.1\r\nHost: node\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
