@@ -524,6 +524,18 @@ fn malformed_json_rpc_gets_its_error_and_the_node_keeps_serving() {
         let unknown = rpc(&node, Some("1.0"), id, "NoSuchMethod", json!({}));
         assert_eq!(code(&unknown), -32601, "{unknown}");
     }
+    // As the SDK's dispatcher: params that are neither object nor array are an invalid request.
+    let scalar = rpc(&node, Some("1.0"), json!(8), "GetTask", json!(7));
+    assert_eq!(code(&scalar), -32600, "{scalar}");
+    // The card claims no push notifications; the SDK's server answers -32003.
+    let push = rpc(
+        &node,
+        Some("1.0"),
+        json!(9),
+        "CreateTaskPushNotificationConfig",
+        json!({}),
+    );
+    assert_eq!(code(&push), -32003, "{push}");
 
     let bad_parts = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": "not a list"}});
     for (method, params) in [("SendMessage", bad_parts), ("GetTask", json!({"id": 5}))] {
@@ -916,4 +928,20 @@ fn new_tasks_beyond_the_per_minute_rate_are_refused_while_reads_are_served() {
         json!({"id": first["id"]}),
     );
     assert_eq!(got["result"]["id"], first["id"], "{got}");
+}
+
+/// a2a-sdk 1.3.0's own server refuses a message to a task in a terminal state with
+/// UnsupportedOperationError (`server/agent_execution/active_task.py:608-611`),
+/// which its client raises as `UnsupportedOperationError` (-32004).
+#[test]
+fn continuing_a_finished_task_is_an_unsupported_operation_as_in_the_sdk() {
+    let node = node();
+    let done = send_raw(&node, "hello", None);
+    assert_completed(&done);
+    for method in ["SendMessage", "SendStreamingMessage"] {
+        let mut params = message_params(json!([{"text": "and one more thing"}]));
+        params["message"]["taskId"] = done["id"].clone();
+        let answer = rpc(&node, Some("1.0"), json!(method), method, params);
+        assert_eq!(code(&answer), -32004, "{method}: {answer}");
+    }
 }

@@ -28,6 +28,8 @@ pub enum A2aError {
     TaskNotCancelable(String),
     #[error("This operation is not supported: {0}")]
     Unsupported(String),
+    #[error("Push Notification is not supported")]
+    PushNotSupported,
     #[error(
         "A2A version '{0}' is not supported by this node. Expected version '{version}'.",
         version = super::wire::PROTOCOL_VERSION
@@ -51,6 +53,7 @@ impl A2aError {
             A2aError::InvalidParams(_) => -32602,
             A2aError::TaskNotFound(_) => -32001,
             A2aError::TaskNotCancelable(_) => -32002,
+            A2aError::PushNotSupported => -32003,
             A2aError::Unsupported(_) => -32004,
             A2aError::VersionNotSupported(_) => -32009,
             A2aError::Busy(_) | A2aError::StorageUnavailable | A2aError::Internal(_) => -32603,
@@ -66,6 +69,7 @@ impl A2aError {
             A2aError::InvalidParams(_) => "INVALID_PARAMS",
             A2aError::TaskNotFound(_) => "TASK_NOT_FOUND",
             A2aError::TaskNotCancelable(_) => "TASK_NOT_CANCELABLE",
+            A2aError::PushNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
             A2aError::Unsupported(_) => "UNSUPPORTED_OPERATION",
             A2aError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
             A2aError::Busy(_) | A2aError::StorageUnavailable => "RESOURCE_EXHAUSTED",

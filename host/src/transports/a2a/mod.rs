@@ -157,6 +157,12 @@ async fn rpc(
         return reply_error(&id, error);
     }
     let params = request.remove("params").unwrap_or(Value::Null);
+    if !(params.is_null() || params.is_object() || params.is_array()) {
+        return reply_error(
+            &id,
+            A2aError::InvalidRequest("params must be an object or an array".into()),
+        );
+    }
     let call = Request {
         shared,
         id: id.clone(),
@@ -169,6 +175,8 @@ async fn rpc(
         "ListTasks" => call.list_tasks(params).await,
         "CancelTask" => call.cancel_task(params).await,
         "SubscribeToTask" => call.subscribe(params).await,
+        // The card claims no push notifications, so the SDK's client never asks; its server answers so.
+        push if push.contains("PushNotificationConfig") => Err(A2aError::PushNotSupported),
         _ => Err(A2aError::Unsupported(format!("{method} is not supported"))),
     };
     match answer {
@@ -180,7 +188,7 @@ async fn rpc(
     }
 }
 
-const METHODS: [&str; 10] = [
+const METHODS: [&str; 11] = [
     "SendMessage",
     "SendStreamingMessage",
     "GetTask",
@@ -191,6 +199,7 @@ const METHODS: [&str; 10] = [
     "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs",
     "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
 ];
 
 fn reply_error(id: &Value, error: A2aError) -> Response {
@@ -464,8 +473,9 @@ impl Request {
                 "task {task_id} belongs to another contextId"
             )));
         }
+        // As the SDK's server: a finished task takes no more messages.
         if task.status.state.is_terminal() {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::Unsupported(format!(
                 "task {task_id} is {}; send a message without taskId (same contextId) to go on",
                 state_name(task.status.state)
             )));

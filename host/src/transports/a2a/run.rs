@@ -83,9 +83,10 @@ pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot) {
     if let Err(error) = store_task(&shared, &live.with_status(&ended)).await {
         tracing::warn!(transport = "a2a", task = %task.id, %error, "the task's end was not stored");
     }
+    // The slot is free before the client hears the end, so its next message fits.
+    drop(slot);
     live.publish_status(ended);
     shared.remove_live(&task.id);
-    drop(slot);
 }
 
 enum Outcome {
