@@ -20,6 +20,7 @@ pub enum TransportKind {
     Uagents,
     Arena,
     Hai,
+    A2a,
 }
 
 impl TransportKind {
@@ -30,6 +31,7 @@ impl TransportKind {
             TransportKind::Uagents => "uagents",
             TransportKind::Arena => "arena",
             TransportKind::Hai => "hai",
+            TransportKind::A2a => "a2a",
         }
     }
 }

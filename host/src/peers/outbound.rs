@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::http_client::{self, ClientError};
-use super::{agora, envelopes};
+use super::{a2a, agora, envelopes};
 use crate::config::Config;
 use crate::vocab::TransportKind;
 
@@ -15,6 +15,8 @@ use crate::vocab::TransportKind;
 pub enum OutboundError {
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error(transparent)]
+    A2a(#[from] a2a::A2aError),
     #[error("invalid outbound request: {0}")]
     Invalid(String),
     #[error("the peer answered with a failure: {0}")]
@@ -41,6 +43,21 @@ pub async fn call(
         TransportKind::Envelope => envelopes::outbound(config, url, &body)
             .await
             .map_err(|e| OutboundError::Peer(e.to_string())),
+        TransportKind::A2a => {
+            let message = a2a::outbound_message(body).map_err(OutboundError::Invalid)?;
+            let limits = a2a::Limits {
+                timeout,
+                max_response_bytes: limit,
+            };
+            // The card, the endpoint it names and any redirect are all held to the allow-list.
+            let allowed = Some(config.outbound.allowed_hosts.clone());
+            let agent = a2a::Agent::resolve(url, limits, allowed).await?;
+            let answer = match agent.send(message).await? {
+                a2a::SendResult::Task(task) => serde_json::to_value(task),
+                a2a::SendResult::Message(message) => serde_json::to_value(message),
+            };
+            answer.map_err(|e| OutboundError::Invalid(e.to_string()))
+        }
         other => Err(OutboundError::Unsupported(other.as_str())),
     }
 }

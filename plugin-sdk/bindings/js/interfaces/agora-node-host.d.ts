@@ -59,7 +59,10 @@ declare module 'agora:node/host@0.1.0' {
      */
     url: string,
     /**
-     * JSON text: for `agora`, `{"body": …, "protocol": "<document text>"?}`.
+     * JSON text: for `agora`, `{"body": …, "protocol": "<document text>"?}`;
+     * for `a2a` (`url`: the agent's base URL, its card is read first),
+     * `{"text": …, "context_id": …?, "task_id": …?, "data": …?}`, answered
+     * with the final Task JSON.
      */
     body: string,
   }
