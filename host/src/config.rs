@@ -71,6 +71,7 @@ pub struct Config {
     pub uagents: UagentsConfig,
     pub arena: ArenaConfig,
     pub hai: HaiConfig,
+    pub a2a: A2aConfig,
     pub tls: TlsConfig,
 }
 
@@ -421,6 +422,33 @@ pub struct HaiConfig {
     pub max_pending_approvals_per_connection: usize,
 }
 
+/// Agent2Agent 1.0 (JSON-RPC binding); `config/agora.toml` explains each key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aConfig {
+    pub enabled: bool,
+    pub listen: String,
+    /// The JSON-RPC endpoint.
+    pub path: String,
+    /// Base URL clients reach the node at; empty: `http://` + the card request's `Host`.
+    pub public_url: String,
+    pub name: String,
+    pub description: String,
+    /// Plugin answering A2A messages; empty: the HAI assistant.
+    pub default_plugin: String,
+    /// When not empty, `POST {path}` requires `Authorization: Bearer <this>`.
+    pub auth_token: String,
+    pub max_body_bytes: usize,
+    pub max_parts_per_message: usize,
+    pub max_tasks_per_context: usize,
+    pub max_running_tasks: usize,
+    pub max_running_tasks_per_ip: usize,
+    pub new_tasks_per_ip_per_minute: u32,
+    pub stream_idle_timeout_ms: u64,
+    pub task_ttl_secs: u64,
+    pub max_history_entries: usize,
+}
+
 /// `AGORA_*` variables as configuration keys (`__` nests). `AGORA_CLI_*` are
 /// the client commands' own settings (`AGORA_CLI_UAGENTS_SEED`): with unknown
 /// keys denied they would stop the node from starting, so they are skipped.
@@ -497,6 +525,7 @@ impl Config {
             ("uagents.listen", &self.uagents.listen),
             ("arena.listen", &self.arena.listen),
             ("hai.listen", &self.hai.listen),
+            ("a2a.listen", &self.a2a.listen),
         ] {
             if !listen.is_empty() {
                 parse_listen(key, listen)?;
@@ -507,6 +536,7 @@ impl Config {
             ("envelopes.path", &self.envelopes.path),
             ("arena.path", &self.arena.path),
             ("hai.path", &self.hai.path),
+            ("a2a.path", &self.a2a.path),
         ] {
             if !path.starts_with('/') || path.contains(char::is_whitespace) {
                 return Err(invalid(key, format!("{path:?} must be an absolute URL path")));
@@ -621,6 +651,34 @@ impl Config {
             "uagents.max_pending_replies",
             self.uagents.max_pending_replies as u64,
         )?;
+        positive("a2a.max_body_bytes", self.a2a.max_body_bytes as u64)?;
+        if self.a2a.max_body_bytes > self.http.max_body_bytes {
+            return Err(invalid(
+                "a2a.max_body_bytes",
+                "must not exceed http.max_body_bytes, which the listener enforces first",
+            ));
+        }
+        positive("a2a.max_parts_per_message", self.a2a.max_parts_per_message as u64)?;
+        positive("a2a.max_tasks_per_context", self.a2a.max_tasks_per_context as u64)?;
+        positive("a2a.max_running_tasks", self.a2a.max_running_tasks as u64)?;
+        positive(
+            "a2a.max_running_tasks_per_ip",
+            self.a2a.max_running_tasks_per_ip as u64,
+        )?;
+        positive(
+            "a2a.new_tasks_per_ip_per_minute",
+            u64::from(self.a2a.new_tasks_per_ip_per_minute),
+        )?;
+        positive("a2a.stream_idle_timeout_ms", self.a2a.stream_idle_timeout_ms)?;
+        positive("a2a.task_ttl_secs", self.a2a.task_ttl_secs)?;
+        positive("a2a.max_history_entries", self.a2a.max_history_entries as u64)?;
+        if !self.a2a.public_url.is_empty() {
+            let parsed = url::Url::parse(&self.a2a.public_url)
+                .map_err(|e| invalid("a2a.public_url", e.to_string()))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(invalid("a2a.public_url", "must be an http:// or https:// URL"));
+            }
+        }
         positive("hai.max_frame_bytes", self.hai.max_frame_bytes as u64)?;
         positive("hai.messages_per_minute", u64::from(self.hai.messages_per_minute))?;
         positive("hai.ping_interval_secs", self.hai.ping_interval_secs)?;

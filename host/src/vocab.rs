@@ -64,6 +64,15 @@ impl Risk {
             _ => None,
         }
     }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+            Risk::Critical => "critical",
+        }
+    }
 }
 
 /// One step of a tool call's lifecycle, as its `tool_call` event says it.

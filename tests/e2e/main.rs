@@ -3,7 +3,9 @@
 
 mod support;
 
+mod a2a_access;
 mod a2a_client;
+mod a2a_fleet;
 mod agora;
 mod almanac;
 mod arena;

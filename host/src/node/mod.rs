@@ -114,7 +114,7 @@ impl Node {
         };
         mount("listen", "", crate::health::router(state.clone()))?;
         type Mount = fn(NodeState) -> Router;
-        let transports: [(bool, &'static str, &str, Mount); 5] = [
+        let transports: [(bool, &'static str, &str, Mount); 6] = [
             (
                 config.agora.enabled,
                 "agora.listen",
@@ -144,6 +144,12 @@ impl Node {
                 "hai.listen",
                 &config.hai.listen,
                 transports::hai::router,
+            ),
+            (
+                config.a2a.enabled,
+                "a2a.listen",
+                &config.a2a.listen,
+                transports::a2a::router,
             ),
         ];
         for (enabled, key, listen, router) in transports {

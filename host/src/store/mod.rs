@@ -158,10 +158,14 @@ pub enum Collection {
     Approvals,
     /// Node-level facts (identity seeds and such).
     Meta,
+    /// A2A tasks by id.
+    A2aTasks,
+    /// A2A contexts: their tasks, in order; the key is also the context's history id.
+    A2aContexts,
 }
 
 impl Collection {
-    pub const ALL: [Collection; 8] = [
+    pub const ALL: [Collection; 10] = [
         Collection::PluginKv,
         Collection::Conversations,
         Collection::History,
@@ -170,6 +174,8 @@ impl Collection {
         Collection::Negotiations,
         Collection::Approvals,
         Collection::Meta,
+        Collection::A2aTasks,
+        Collection::A2aContexts,
     ];
 
     /// The sled tree's name, and the PostgreSQL `collection` value.
@@ -183,12 +189,17 @@ impl Collection {
             Collection::Negotiations => "negotiations",
             Collection::Approvals => "approvals",
             Collection::Meta => "meta",
+            Collection::A2aTasks => "a2a_tasks",
+            Collection::A2aContexts => "a2a_contexts",
         }
     }
 
     /// Whether an entry's key is also the id of a history that ends with it.
     pub fn owns_history(self) -> bool {
-        matches!(self, Collection::Conversations | Collection::Sessions)
+        matches!(
+            self,
+            Collection::Conversations | Collection::Sessions | Collection::A2aContexts
+        )
     }
 }
 

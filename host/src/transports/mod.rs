@@ -7,13 +7,16 @@
 //! - [`uagents`]: Fetch.ai uAgents exchange (`uagents-exchange.txt`).
 //! - [`arena`]: Agora Arena tasks, health and live events (`agora-arena-aap.*`).
 //! - [`hai`]: human chat over WebSocket and the browser client (`hai-protocol.md`).
+//! - [`a2a`]: Agent2Agent 1.0 over JSON-RPC, answered by the HAI assistant plugin.
 //!
 //! The clients of these protocols (what the CLI and plugins' outbound calls
 //! use) live below, in [`crate::peers`], so the runtime can call out without
 //! depending on the transports.
 
+pub mod a2a;
 pub mod agora;
 pub mod arena;
+pub mod chunks;
 pub mod envelopes;
 pub mod hai;
 pub mod uagents;

@@ -32,6 +32,7 @@ use super::{HaiError, Shared, history_id};
 use serde::Deserialize;
 
 use crate::runtime::{Call, Exchange, Phase, PluginEvent, Risk, TransportKind};
+use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// The most reply text one turn assembles; chunks beyond it are dropped.
@@ -123,8 +124,7 @@ async fn answer(
         message_id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
         agent_id: plugin.manifest.name.clone(),
         streaming: !message.wants_complete_message(),
-        held: None,
-        text: String::new(),
+        answer: ChunkedAnswer::new(MAX_REPLY_BYTES),
         reasoning: None,
         calls: HashMap::new(),
         host_calls,
@@ -167,9 +167,8 @@ struct Turn<'a> {
     message_id: String,
     agent_id: String,
     streaming: bool,
-    /// The latest chunk, held back so the last one can be sent with `is_final: true`.
-    held: Option<String>,
-    text: String,
+    /// The reply so far; its latest chunk is held back to be sent with `is_final: true`.
+    answer: ChunkedAnswer,
     reasoning: Option<String>,
     calls: HashMap<String, KnownCall>,
     /// What the host's approver saw; see the module docs.
@@ -212,19 +211,12 @@ impl Turn<'_> {
     }
 
     fn chunk(&mut self, content: &str) {
-        if content.is_empty() {
-            return;
-        }
-        if self.text.len() + content.len() > MAX_REPLY_BYTES {
-            tracing::warn!(session = %self.session.id, "hai: reply over {MAX_REPLY_BYTES} bytes; the rest is dropped");
-            return;
-        }
-        self.text.push_str(content);
-        if !self.streaming {
-            return;
-        }
-        if let Some(previous) = self.held.replace(content.to_string()) {
-            self.publish_chunk(previous, false);
+        match self.answer.push(content) {
+            Ok(Some(previous)) if self.streaming => self.publish_chunk(previous, false),
+            Ok(_) => {}
+            Err(OverLimit) => {
+                tracing::warn!(session = %self.session.id, "hai: reply over {MAX_REPLY_BYTES} bytes; the rest is dropped")
+            }
         }
     }
 
@@ -239,7 +231,9 @@ impl Turn<'_> {
     }
 
     fn flush_final(&mut self) {
-        if let Some(last) = self.held.take() {
+        if let Some(last) = self.answer.take_held()
+            && self.streaming
+        {
             self.publish_chunk(last, true);
         }
     }
@@ -433,7 +427,7 @@ impl Turn<'_> {
             .as_str()
             .or_else(|| reply.as_str())
             .unwrap_or_default();
-        if self.text.is_empty() {
+        if self.answer.text().is_empty() {
             // Nothing was streamed: the reply is the whole answer, sent as one final chunk.
             if stated.trim().is_empty() {
                 return Err(HaiError::AssistantFailed("the assistant gave no answer".into()));
@@ -446,7 +440,7 @@ impl Turn<'_> {
             .append(
                 &self.session.id,
                 "assistant",
-                json!({"content": self.text, "message_id": self.message_id, "agent_id": self.agent_id}),
+                json!({"content": self.answer.text(), "message_id": self.message_id, "agent_id": self.agent_id}),
             )
             .await;
         let recorded = match recorded {
@@ -458,7 +452,7 @@ impl Turn<'_> {
             self.flush_final();
         } else {
             self.session.publish(&Outbound::AssistantMessage {
-                content: self.text.clone(),
+                content: self.answer.text().to_string(),
                 session_id: self.session_id(),
                 agent_id: Some(self.agent_id.clone()),
                 metadata: json!({"message_id": self.message_id}),

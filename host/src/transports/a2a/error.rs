@@ -1,0 +1,138 @@
+//! [`A2aError`]: every way an A2A request fails, and the one place it becomes
+//! a JSON-RPC 2.0 error object with the A2A 1.0 code (the table of
+//! `a2a.utils.errors.JSON_RPC_ERROR_CODE_MAP` in `a2a-sdk` 1.3.0) and, as the
+//! SDK writes it, a `google.rpc.ErrorInfo` detail naming the reason.
+//!
+//! JSON-RPC errors travel in HTTP 200 answers (the SDK's client reads the body
+//! of nothing else); the exceptions are the listener's own refusals that come
+//! before any JSON-RPC is read: a body over the limit is HTTP 413.
+
+use serde_json::{Value, json};
+
+use crate::runtime::InvokeError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum A2aError {
+    #[error("Invalid JSON payload: {0}")]
+    Parse(String),
+    #[error("Invalid Request: {0}")]
+    InvalidRequest(String),
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    #[error("Invalid params: {0}")]
+    InvalidParams(String),
+    #[error("Task not found: {0}")]
+    TaskNotFound(String),
+    #[error("Task cannot be canceled: it is already {0}")]
+    TaskNotCancelable(String),
+    #[error("This operation is not supported: {0}")]
+    Unsupported(String),
+    #[error(
+        "A2A version '{0}' is not supported by this node. Expected version '{version}'.",
+        version = super::wire::PROTOCOL_VERSION
+    )]
+    VersionNotSupported(String),
+    /// A bound of the node (running tasks, tasks per context): nothing was done.
+    #[error("{0}")]
+    Busy(String),
+    #[error("the node's storage is unavailable; try again shortly")]
+    StorageUnavailable,
+    #[error("Internal error: {0}")]
+    Internal(String),
+}
+
+impl A2aError {
+    pub fn code(&self) -> i64 {
+        match self {
+            A2aError::Parse(_) => -32700,
+            A2aError::InvalidRequest(_) => -32600,
+            A2aError::MethodNotFound(_) => -32601,
+            A2aError::InvalidParams(_) => -32602,
+            A2aError::TaskNotFound(_) => -32001,
+            A2aError::TaskNotCancelable(_) => -32002,
+            A2aError::Unsupported(_) => -32004,
+            A2aError::VersionNotSupported(_) => -32009,
+            A2aError::Busy(_) | A2aError::StorageUnavailable | A2aError::Internal(_) => -32603,
+        }
+    }
+
+    /// The `ErrorInfo.reason` the SDK attaches to the same error.
+    fn reason(&self) -> &'static str {
+        match self {
+            A2aError::Parse(_) | A2aError::Internal(_) => "INTERNAL_ERROR",
+            A2aError::InvalidRequest(_) => "INVALID_REQUEST",
+            A2aError::MethodNotFound(_) => "METHOD_NOT_FOUND",
+            A2aError::InvalidParams(_) => "INVALID_PARAMS",
+            A2aError::TaskNotFound(_) => "TASK_NOT_FOUND",
+            A2aError::TaskNotCancelable(_) => "TASK_NOT_CANCELABLE",
+            A2aError::Unsupported(_) => "UNSUPPORTED_OPERATION",
+            A2aError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
+            A2aError::Busy(_) | A2aError::StorageUnavailable => "RESOURCE_EXHAUSTED",
+        }
+    }
+
+    /// The whole JSON-RPC response for request `id`: the one place node errors
+    /// take the protocol's shape.
+    pub fn response(&self, id: &Value) -> Value {
+        let message = self.to_string();
+        if self.code() == -32603 {
+            tracing::warn!(transport = "a2a", %message, "request failed");
+        } else {
+            tracing::debug!(transport = "a2a", %message, "request refused");
+        }
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": self.code(),
+                "message": message,
+                "data": [{
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": self.reason(),
+                    "domain": "a2a-protocol.org",
+                    "metadata": {},
+                }],
+            },
+        })
+    }
+}
+
+impl From<StoreError> for A2aError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(transport = "a2a", %detail, "storage unavailable");
+                A2aError::StorageUnavailable
+            }
+            StoreError::Limit(detail) => A2aError::Busy(detail),
+            other => A2aError::Internal(format!("storage failed: {other}")),
+        }
+    }
+}
+
+impl From<InvokeError> for A2aError {
+    fn from(error: InvokeError) -> Self {
+        A2aError::Internal(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_the_sdks_codes_and_reasons() {
+        let response = A2aError::TaskNotFound("t1".into()).response(&json!("req-1"));
+        assert_eq!(response["jsonrpc"], "2.0");
+        assert_eq!(response["id"], "req-1");
+        assert_eq!(response["error"]["code"], -32001);
+        assert_eq!(response["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+        assert!(response.get("result").is_none());
+        assert_eq!(A2aError::VersionNotSupported("99.0".into()).code(), -32009);
+        assert_eq!(
+            A2aError::Parse("x".into()).response(&Value::Null)["id"],
+            Value::Null
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! A2A on a fleet (several nodes on one PostgreSQL store): a task runs on the
+//! node that started it, since its plugin call lives in that process, but a
+//! client behind a load balancer may send the approval or the cancel to any
+//! node. That node checks the message against the stored task and hands it to
+//! the runner over the store's fleet bus; the runner applies it exactly as if
+//! it had arrived there, and the forwarding node answers from the store, where
+//! the runner writes every state a client waits for (input required, the end).
+//!
+//! A forwarded message that no node runs (the runner stopped) changes
+//! nothing; the client sees the task as it stands when its wait runs out.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::error::A2aError;
+use super::run;
+use super::state::{A2a, Shared};
+use super::wire::{Message, Task, TaskState};
+use crate::store::FleetMessage;
+
+const TOPIC: &str = "a2a.task";
+/// How often a forwarding node reads the task back while it waits.
+const POLL: Duration = Duration::from_millis(25);
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Forwarded {
+    /// A client's answer to the task's pending approval.
+    Decide {
+        task_id: String,
+        message: Message,
+    },
+    Cancel {
+        task_id: String,
+    },
+}
+
+/// Apply what other nodes forward to the tasks this node runs.
+pub fn listen(shared: &Shared) {
+    if !shared.node.store.is_shared() {
+        return;
+    }
+    let inbox = shared.node.store.subscribe();
+    tokio::spawn(receive(std::sync::Arc::downgrade(shared), inbox));
+}
+
+pub async fn forward(shared: &Shared, message: &Forwarded) -> Result<(), A2aError> {
+    shared.node.store.publish(TOPIC, message).await?;
+    Ok(())
+}
+
+async fn receive(shared: Weak<A2a>, mut inbox: tokio::sync::broadcast::Receiver<FleetMessage>) {
+    loop {
+        let message = match inbox.recv().await {
+            Ok(message) => message,
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    transport = "a2a",
+                    missed,
+                    "a2a: fleet messages read too slowly; some were missed"
+                );
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        if message.topic != TOPIC {
+            continue;
+        }
+        let Some(shared) = shared.upgrade() else { return };
+        match serde_json::from_slice::<Forwarded>(&message.payload) {
+            // Every node gets it; only the runner has the task live.
+            Ok(Forwarded::Decide { task_id, message }) => {
+                let Some(live) = shared.live(&task_id) else {
+                    continue;
+                };
+                let decided = message.data().cloned();
+                // Not stored as working: the runner stores the next state a client
+                // waits for, and a later write of this one could overwrite it.
+                match live.resume(message, |pending| {
+                    run::decision_of(&pending.approval_id, decided.as_ref())
+                }) {
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::info!(transport = "a2a", task = %task_id, %error, "a forwarded approval did not apply")
+                    }
+                }
+            }
+            Ok(Forwarded::Cancel { task_id }) => {
+                if let Some(live) = shared.live(&task_id) {
+                    let _ = live.cancel();
+                }
+            }
+            Err(error) => {
+                tracing::warn!(transport = "a2a", %error, "a2a: unreadable message from another node")
+            }
+        }
+    }
+}
+
+/// Read the task back until `done` holds or `budget` runs out; the task as it stands then.
+pub async fn wait_for(
+    shared: &Shared,
+    task_id: &str,
+    budget: Duration,
+    done: impl Fn(&Task) -> bool,
+) -> Result<Task, A2aError> {
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        let task = shared
+            .load(task_id)
+            .await?
+            .ok_or_else(|| A2aError::TaskNotFound(task_id.to_string()))?;
+        if done(&task) || tokio::time::Instant::now() >= deadline {
+            return Ok(task);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The approval id a stored task waits for, if it waits for one.
+pub fn pending_approval(task: &Task) -> Option<String> {
+    if task.status.state != TaskState::InputRequired {
+        return None;
+    }
+    let message = task.status.message.as_ref()?;
+    let data = message.data()?;
+    data.get("approval_id")?.as_str().map(str::to_string)
+}

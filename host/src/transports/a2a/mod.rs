@@ -1,0 +1,683 @@
+//! Agent2Agent (A2A) 1.0, JSON-RPC binding, as the `a2a-sdk` 1.3.0 client
+//! speaks it (where the SDK and the specification differ, the SDK wins). The
+//! agent is a plugin: the HAI assistant by default, with the host's tools and
+//! approvals, so an A2A client gets what a human in the HAI chat gets.
+//!
+//! - [`card`]: `GET /.well-known/agent-card.json` (§"Agent Discovery").
+//! - this module: `POST {a2a.path}` (§"JSON-RPC Protocol Binding"): the
+//!   JSON-RPC envelope, the `A2A-Version` header (§"Versioning"), and the
+//!   methods `SendMessage`, `SendStreamingMessage`, `GetTask`, `ListTasks`,
+//!   `CancelTask`, `SubscribeToTask` (§"Core Operations"); streams are SSE,
+//!   one JSON-RPC response per event.
+//! - [`wire`]: the 1.0 objects as ProtoJSON, and what an inbound message must be.
+//! - [`state`]: running tasks, stored tasks and contexts, the bounds.
+//! - [`run`]: one task's plugin call, its events, and the host's approvals.
+//! - [`fleet`]: approvals and cancels for tasks another node of the fleet runs.
+//! - [`error`]: [`A2aError`], the one place errors become JSON-RPC errors.
+//!
+//! Choices the issue left to us, documented in the README:
+//! - a request without `A2A-Version` is served as 1.0 (curl-friendly; the SDK
+//!   always sends it); another major (`0.3`, `99.0`) gets `-32009`;
+//! - `ListTasks` needs a `contextId`: a context id is the capability to read
+//!   its tasks, and an open port must not list everyone's conversations;
+//! - a task runs on the node that started it; on a fleet, another node takes
+//!   its approval or cancel and hands it over ([`fleet`]).
+
+mod card;
+pub mod error;
+mod fleet;
+mod run;
+mod state;
+pub mod wire;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use self::error::A2aError;
+use self::state::{A2a, Shared, state_name};
+use self::wire::{
+    GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, MessageLimits, SendMessageRequest,
+    StreamResponse, Task, TaskIdRequest, TaskState, TaskStatus, VERSION_HEADER,
+};
+use crate::node::state::NodeState;
+
+pub const CARD_PATH: &str = "/.well-known/agent-card.json";
+/// How long `CancelTask` waits for the plugin call to stop before answering.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+const MAX_ID_CHARS: usize = 128;
+const DEFAULT_PAGE_SIZE: u32 = 50;
+const MAX_PAGE_SIZE: u32 = 100;
+
+pub fn router(node: NodeState) -> Router {
+    let path = node.config.a2a.path.trim_end_matches('/').to_string();
+    let path = if path.is_empty() { "/".to_string() } else { path };
+    let limit = node.config.a2a.max_body_bytes;
+    let shared = A2a::new(node);
+    fleet::listen(&shared);
+    Router::new()
+        .route(CARD_PATH, get(agent_card))
+        .route(&path, post(rpc).layer(DefaultBodyLimit::max(limit)))
+        .with_state(shared)
+}
+
+async fn agent_card(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    let host = headers.get(header::HOST).and_then(|value| value.to_str().ok());
+    axum::Json(card::agent_card(&shared.node, host)).into_response()
+}
+
+/// One JSON-RPC request, read as the SDK's server reads it.
+async fn rpc(
+    State(shared): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    if !authorized(&shared.node.config.a2a.auth_token, &headers) {
+        let error = A2aError::InvalidRequest(
+            "Unauthorized: this node requires Authorization: Bearer <a2a.auth_token>".into(),
+        );
+        let mut response =
+            (StatusCode::UNAUTHORIZED, axum::Json(error.response(&Value::Null))).into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+        return response;
+    }
+    let raw = match raw {
+        Ok(raw) => raw,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let error = A2aError::InvalidRequest(format!(
+                "Payload too large: the limit is {} bytes",
+                shared.node.config.a2a.max_body_bytes
+            ));
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                axum::Json(error.response(&Value::Null)),
+            )
+                .into_response();
+        }
+        Err(rejection) => {
+            return reply_error(
+                &Value::Null,
+                A2aError::InvalidRequest(format!("unreadable body: {rejection}")),
+            );
+        }
+    };
+    let body: Value = match serde_json::from_slice(&raw) {
+        Ok(body) => body,
+        Err(error) => return reply_error(&Value::Null, A2aError::Parse(error.to_string())),
+    };
+    let Value::Object(mut request) = body else {
+        let why = if body.is_array() {
+            "Batch requests are not supported"
+        } else {
+            "a request must be a JSON object"
+        };
+        return reply_error(&Value::Null, A2aError::InvalidRequest(why.into()));
+    };
+    let id = request.remove("id").unwrap_or(Value::Null);
+    let id_ok = match &id {
+        Value::Null | Value::String(_) => true,
+        Value::Number(number) => number.is_i64() || number.is_u64(),
+        _ => false,
+    };
+    if !id_ok {
+        return reply_error(
+            &Value::Null,
+            A2aError::InvalidRequest("id must be a string, integer, or null".into()),
+        );
+    }
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return reply_error(
+            &id,
+            A2aError::InvalidRequest("'jsonrpc' must be exactly '2.0'".into()),
+        );
+    }
+    let Some(method) = request.get("method").and_then(Value::as_str).map(str::to_string) else {
+        return reply_error(&id, A2aError::InvalidRequest("Method is required".into()));
+    };
+    if !METHODS.contains(&method.as_str()) {
+        return reply_error(&id, A2aError::MethodNotFound(truncate(&method)));
+    }
+    if let Err(error) = check_version(&headers) {
+        return reply_error(&id, error);
+    }
+    let params = request.remove("params").unwrap_or(Value::Null);
+    let call = Request {
+        shared,
+        id: id.clone(),
+        client: peer.ip(),
+    };
+    let answer = match method.as_str() {
+        "SendMessage" => call.send_message(params).await,
+        "SendStreamingMessage" => call.send_streaming_message(params).await,
+        "GetTask" => call.get_task(params).await,
+        "ListTasks" => call.list_tasks(params).await,
+        "CancelTask" => call.cancel_task(params).await,
+        "SubscribeToTask" => call.subscribe(params).await,
+        _ => Err(A2aError::Unsupported(format!("{method} is not supported"))),
+    };
+    match answer {
+        Ok(Answer::Result(result)) => {
+            axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+        }
+        Ok(Answer::Stream(stream)) => stream,
+        Err(error) => reply_error(&id, error),
+    }
+}
+
+const METHODS: [&str; 10] = [
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+];
+
+fn reply_error(id: &Value, error: A2aError) -> Response {
+    axum::Json(error.response(id)).into_response()
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(MAX_ID_CHARS).collect()
+}
+
+/// The operator's bearer token, when one is set; compared as SHA-256 digests in
+/// constant time, so neither its bytes nor its length leak.
+fn authorized(token: &str, headers: &HeaderMap) -> bool {
+    if token.is_empty() {
+        return true;
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    crate::crypto::constant_time_eq(
+        crate::crypto::sha256_hex(presented.as_bytes()).as_bytes(),
+        crate::crypto::sha256_hex(token.as_bytes()).as_bytes(),
+    )
+}
+
+/// `A2A-Version`: 1.x is served, and so is a request without it.
+fn check_version(headers: &HeaderMap) -> Result<(), A2aError> {
+    let Some(value) = headers.get(VERSION_HEADER) else {
+        return Ok(());
+    };
+    let version = value.to_str().unwrap_or("").trim();
+    if version.is_empty() {
+        return Ok(());
+    }
+    let major = version.split('.').next().unwrap_or("");
+    if major == "1" {
+        Ok(())
+    } else {
+        Err(A2aError::VersionNotSupported(truncate(version)))
+    }
+}
+
+enum Answer {
+    Result(Value),
+    Stream(Response),
+}
+
+struct Request {
+    shared: Shared,
+    id: Value,
+    client: std::net::IpAddr,
+}
+
+impl Request {
+    fn limits(&self) -> MessageLimits {
+        MessageLimits {
+            max_parts: self.shared.node.config.a2a.max_parts_per_message,
+            max_id_chars: MAX_ID_CHARS,
+        }
+    }
+
+    async fn send_message(self, params: Value) -> Result<Answer, A2aError> {
+        let request: SendMessageRequest = wire::params(params)?;
+        let configuration = request.configuration.unwrap_or_default();
+        let progress = self.start_or_resume(request.message).await?;
+        let task_id = progress.task_id().to_string();
+        if !configuration.return_immediately {
+            self.until_interrupted(progress).await?;
+        }
+        let task = self.task(&task_id).await?;
+        let task = task.view(configuration.history_length, true);
+        Ok(Answer::Result(json!({ "task": task })))
+    }
+
+    async fn send_streaming_message(self, params: Value) -> Result<Answer, A2aError> {
+        let request: SendMessageRequest = wire::params(params)?;
+        let progress = self.start_or_resume(request.message).await?;
+        Ok(Answer::Stream(match progress {
+            Progress::Here(snapshot, events) => self.stream(*snapshot, events),
+            Progress::Elsewhere { task_id, since } => self.stream_from_store(task_id, since),
+        }))
+    }
+
+    async fn get_task(self, params: Value) -> Result<Answer, A2aError> {
+        let request: GetTaskRequest = wire::params(params)?;
+        let task = self.task(&request.id).await?;
+        Ok(Answer::Result(serde_json::to_value(
+            task.view(request.history_length, true),
+        )?))
+    }
+
+    async fn list_tasks(self, params: Value) -> Result<Answer, A2aError> {
+        let request: ListTasksRequest = wire::params(params)?;
+        if request.context_id.is_empty() {
+            return Err(A2aError::InvalidParams(
+                "contextId is required: a context's id is what lets a client read its tasks".into(),
+            ));
+        }
+        let page_size = request.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
+        if page_size == 0 || page_size > MAX_PAGE_SIZE {
+            return Err(A2aError::InvalidParams(format!(
+                "pageSize must be between 1 and {MAX_PAGE_SIZE}"
+            )));
+        }
+        // Newest first; the page token is the id of the last task of the previous page.
+        let mut ids = self.shared.context_tasks(&request.context_id).await?;
+        ids.reverse();
+        let mut tasks = Vec::with_capacity(ids.len());
+        for id in &ids {
+            if let Some(task) = self.shared.load(id).await?
+                && request.status.is_none_or(|state| state == task.status.state)
+            {
+                tasks.push(task);
+            }
+        }
+        let total = tasks.len();
+        let start = if request.page_token.is_empty() {
+            0
+        } else {
+            tasks
+                .iter()
+                .position(|task| task.id == request.page_token)
+                .map(|index| index + 1)
+                .ok_or_else(|| A2aError::InvalidParams("pageToken is not one this node gave".into()))?
+        };
+        let end = (start + page_size as usize).min(total);
+        let artifacts = request.include_artifacts.unwrap_or(false);
+        let page: Vec<Task> = tasks[start..end]
+            .iter()
+            .map(|task| task.view(request.history_length, artifacts))
+            .collect();
+        let next_page_token = if end < total {
+            page.last().map(|task| task.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Answer::Result(serde_json::to_value(ListTasksResponse {
+            tasks: page,
+            next_page_token,
+            page_size,
+            total_size: total as u32,
+        })?))
+    }
+
+    async fn cancel_task(self, params: Value) -> Result<Answer, A2aError> {
+        let request: TaskIdRequest = wire::params(params)?;
+        if let Some(live) = self.shared.live(&request.id) {
+            let mut events = live
+                .cancel()
+                .map_err(|state| A2aError::TaskNotCancelable(state_name(state)))?;
+            let _ = tokio::time::timeout(CANCEL_WAIT, async {
+                loop {
+                    match events.recv().await {
+                        Ok(event) if event.state().is_some_and(TaskState::is_terminal) => break,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            })
+            .await;
+            return Ok(Answer::Result(serde_json::to_value(
+                self.task(&request.id).await?,
+            )?));
+        }
+        let task = self.task(&request.id).await?;
+        if task.status.state.is_terminal() {
+            return Err(A2aError::TaskNotCancelable(state_name(task.status.state)));
+        }
+        // Another node of the fleet runs it: ask that node, and read the end back.
+        fleet::forward(
+            &self.shared,
+            &fleet::Forwarded::Cancel {
+                task_id: task.id.clone(),
+            },
+        )
+        .await?;
+        let task = fleet::wait_for(&self.shared, &task.id, CANCEL_WAIT, |task| {
+            task.status.state.is_terminal()
+        })
+        .await?;
+        Ok(Answer::Result(serde_json::to_value(task)?))
+    }
+
+    async fn subscribe(self, params: Value) -> Result<Answer, A2aError> {
+        let request: TaskIdRequest = wire::params(params)?;
+        if let Some(live) = self.shared.live(&request.id) {
+            let (snapshot, events) = live.watch();
+            return Ok(Answer::Stream(self.stream(snapshot, events)));
+        }
+        let task = self.task(&request.id).await?;
+        if task.status.state.is_terminal() {
+            return Err(A2aError::Unsupported(format!(
+                "task {} is {}; only a running task can be subscribed to",
+                task.id,
+                state_name(task.status.state)
+            )));
+        }
+        // Another node of the fleet runs it.
+        Ok(Answer::Stream(if task.status.state.is_interrupted() {
+            let (_, events) = broadcast::channel(1);
+            self.stream(task, events)
+        } else {
+            self.stream_from_store(task.id.clone(), task.status.timestamp.clone())
+        }))
+    }
+
+    async fn task(&self, id: &str) -> Result<Task, A2aError> {
+        self.shared
+            .load(id)
+            .await?
+            .ok_or_else(|| A2aError::TaskNotFound(truncate(id)))
+    }
+
+    /// A new task for a message without `taskId`; else the answer to the
+    /// task's pending approval. Either way: the task, and its events from then.
+    async fn start_or_resume(&self, mut message: Message) -> Result<Progress, A2aError> {
+        wire::validate_message(&message, &self.limits())?;
+        if let Some(task_id) = message.task_id.clone() {
+            return self.resume(&task_id, message).await;
+        }
+        let shared = &self.shared;
+        let slot = shared.reserve(self.client)?;
+        let context_id = message.context_id.clone().unwrap_or_else(wire::new_id);
+        let task_id = wire::new_id();
+        message.context_id = Some(context_id.clone());
+        message.task_id = Some(task_id.clone());
+        let task = Task {
+            id: task_id.clone(),
+            context_id: context_id.clone(),
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: wire::timestamp_now(),
+            },
+            artifacts: Vec::new(),
+            history: vec![message.clone()],
+            metadata: None,
+        };
+        shared.add_to_context(&context_id, &task_id).await?;
+        shared.save(&task).await?;
+        run::append(
+            shared,
+            &context_id,
+            "user",
+            json!({"content": message.text(), "task_id": task_id}),
+        )
+        .await?;
+        shared.node.store.commit().await?;
+        let live = shared.insert_live(task);
+        let (snapshot, events) = live.watch();
+        tokio::spawn(run::run(shared.clone(), live, slot));
+        Ok(Progress::Here(Box::new(snapshot), events))
+    }
+
+    /// The client's answer to a task's pending approval, applied where the task
+    /// runs: here, or (a fleet) on the node that runs it ([`fleet`]).
+    async fn resume(&self, task_id: &str, mut message: Message) -> Result<Progress, A2aError> {
+        let live = self.shared.live(task_id);
+        let task = match &live {
+            Some(live) => live.snapshot(),
+            None => self.task(task_id).await?,
+        };
+        if message
+            .context_id
+            .as_ref()
+            .is_some_and(|context| *context != task.context_id)
+        {
+            return Err(A2aError::InvalidParams(format!(
+                "task {task_id} belongs to another contextId"
+            )));
+        }
+        if task.status.state.is_terminal() {
+            return Err(A2aError::InvalidParams(format!(
+                "task {task_id} is {}; send a message without taskId (same contextId) to go on",
+                state_name(task.status.state)
+            )));
+        }
+        message.context_id = Some(task.context_id.clone());
+        let decided = message.data().cloned();
+        let progress = match live {
+            Some(live) => {
+                let (snapshot, events) = live.resume(message, |pending| {
+                    run::decision_of(&pending.approval_id, decided.as_ref())
+                })?;
+                // Not stored as working: the runner stores the next state a client
+                // waits for, and a later write of this one could overwrite it.
+                Progress::Here(Box::new(snapshot), events)
+            }
+            None => {
+                let Some(approval_id) = fleet::pending_approval(&task) else {
+                    return Err(A2aError::InvalidParams(format!(
+                        "task {task_id} is not waiting for input (it is {})",
+                        state_name(task.status.state)
+                    )));
+                };
+                run::decision_of(&approval_id, decided.as_ref())?;
+                let forwarded = fleet::Forwarded::Decide {
+                    task_id: task_id.to_string(),
+                    message,
+                };
+                fleet::forward(&self.shared, &forwarded).await?;
+                Progress::Elsewhere {
+                    task_id: task_id.to_string(),
+                    since: task.status.timestamp.clone(),
+                }
+            }
+        };
+        if let Some(data) = decided {
+            let body = json!({"approval_id": data.get("approval_id"), "approved": data.get("approved"), "feedback": data.get("feedback"), "task_id": task_id});
+            if let Err(error) = run::append(&self.shared, &task.context_id, "approval", body).await {
+                tracing::warn!(transport = "a2a", task = %task_id, %error, "the approval was not recorded in the history");
+            }
+        }
+        Ok(progress)
+    }
+
+    /// How long a `SendMessage` waits: a little less than the listener's request
+    /// timeout (then the task is answered as it stands, still working; the
+    /// client polls `GetTask`).
+    fn wait_budget(&self) -> Duration {
+        let timeout = Duration::from_millis(self.shared.node.config.http.request_timeout_ms);
+        timeout.saturating_sub((timeout / 10).max(Duration::from_millis(500)))
+    }
+
+    /// Wait until the task ends or waits for the client (or the budget runs out).
+    async fn until_interrupted(&self, progress: Progress) -> Result<(), A2aError> {
+        match progress {
+            Progress::Here(snapshot, mut events) => {
+                if snapshot.status.state.is_interrupted() {
+                    return Ok(());
+                }
+                let _ = tokio::time::timeout(self.wait_budget(), async {
+                    loop {
+                        match events.recv().await {
+                            Ok(event) if event.state().is_some_and(TaskState::is_interrupted) => break,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => break,
+                        }
+                    }
+                })
+                .await;
+            }
+            Progress::Elsewhere { task_id, since } => {
+                fleet::wait_for(&self.shared, &task_id, self.wait_budget(), |task| {
+                    task.status.timestamp != since && task.status.state.is_interrupted()
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The SSE answer for a task another node runs, read back from the store:
+    /// the task (working: the answer is on its way to its runner), then, once
+    /// the runner has stored the next state a client waits for, the whole
+    /// answer and that status, which ends the stream.
+    fn stream_from_store(&self, task_id: String, since: String) -> Response {
+        let idle = Duration::from_millis(self.shared.node.config.a2a.stream_idle_timeout_ms);
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        let shared = self.shared.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            let event = |result: &StreamResponse| {
+                Event::default().data(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+            };
+            // The answer is on its way to the runner: the task is working again.
+            let mut working = match shared.load(&task_id).await {
+                Ok(Some(task)) => task,
+                Ok(None) => return,
+                Err(error) => {
+                    let _ = sender.send(error_event(&id, &error)).await;
+                    return;
+                }
+            };
+            working.status = state::status(TaskState::Working, None);
+            if sender
+                .send(Ok(event(&StreamResponse::Task(working))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let moved_on = |task: &Task| task.status.timestamp != since && task.status.state.is_interrupted();
+            let end = match fleet::wait_for(&shared, &task_id, idle, moved_on).await {
+                Ok(task) if moved_on(&task) => task,
+                Ok(_) => return,
+                Err(error) => {
+                    let _ = sender.send(error_event(&id, &error)).await;
+                    return;
+                }
+            };
+            for artifact in &end.artifacts {
+                let update = StreamResponse::ArtifactUpdate(wire::TaskArtifactUpdateEvent {
+                    task_id: end.id.clone(),
+                    context_id: end.context_id.clone(),
+                    artifact: artifact.clone(),
+                    append: false,
+                    last_chunk: true,
+                });
+                if sender.send(Ok(event(&update))).await.is_err() {
+                    return;
+                }
+            }
+            let status = StreamResponse::StatusUpdate(wire::TaskStatusUpdateEvent {
+                task_id: end.id.clone(),
+                context_id: end.context_id.clone(),
+                status: end.status.clone(),
+            });
+            let _ = sender.send(Ok(event(&status))).await;
+        });
+        sse(futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|event| (event, receiver))
+        }))
+    }
+
+    /// The SSE answer: the task, then its events, closed right after the one
+    /// that ends it or hands the turn to the client, or after an idle spell.
+    fn stream(&self, snapshot: Task, events: broadcast::Receiver<StreamResponse>) -> Response {
+        let idle = Duration::from_millis(self.shared.node.config.a2a.stream_idle_timeout_ms);
+        let id = self.id.clone();
+        let events = futures::stream::unfold(
+            Some((Some(StreamResponse::Task(snapshot)), events)),
+            move |state| {
+                let id = id.clone();
+                async move {
+                    let (first, mut events) = state?;
+                    let event = match first {
+                        Some(first) => first,
+                        None => match tokio::time::timeout(idle, events.recv()).await {
+                            Ok(Ok(event)) => event,
+                            Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                                let error = A2aError::Internal(
+                                    "this stream fell behind the task; read it with GetTask or SubscribeToTask".into(),
+                                );
+                                return Some((error_event(&id, &error), None));
+                            }
+                            Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => return None,
+                        },
+                    };
+                    let ends = event.state().is_some_and(TaskState::is_interrupted);
+                    let sse = Ok::<Event, Infallible>(
+                        Event::default()
+                            .data(json!({"jsonrpc": "2.0", "id": id, "result": event}).to_string()),
+                    );
+                    Some((sse, if ends { None } else { Some((None, events)) }))
+                }
+            },
+        );
+        sse(events)
+    }
+}
+
+/// Where a task a request started or continued runs: here (its snapshot and
+/// events from then), or on another node of the fleet (read back from the store).
+enum Progress {
+    Here(Box<Task>, broadcast::Receiver<StreamResponse>),
+    Elsewhere { task_id: String, since: String },
+}
+
+impl Progress {
+    fn task_id(&self) -> &str {
+        match self {
+            Progress::Here(task, _) => &task.id,
+            Progress::Elsewhere { task_id, .. } => task_id,
+        }
+    }
+}
+
+fn error_event(id: &Value, error: &A2aError) -> Result<Event, Infallible> {
+    Ok(Event::default()
+        .event("error")
+        .data(error.response(id).to_string()))
+}
+
+fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+    let mut response = Sse::new(events).into_response();
+    // Proxies must not buffer the stream.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    response
+}
+
+impl From<serde_json::Error> for A2aError {
+    fn from(error: serde_json::Error) -> Self {
+        A2aError::Internal(format!("serialising the answer failed: {error}"))
+    }
+}

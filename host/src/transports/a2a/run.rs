@@ -1,0 +1,426 @@
+//! Running one task: the agent plugin answers the task's message through the
+//! same host path as a HAI turn (transport `hai`, route `assistant`, the
+//! context's history, the host's tools), and what it does becomes task events:
+//!
+//! - its `emit("chunk", {"content"})`s → `artifactUpdate`s of the one `answer`
+//!   artifact (the last held back so it can carry `lastChunk: true`);
+//! - a tool whose risk needs approval → the host's [`TaskApprover`] parks the
+//!   call and the task goes `TASK_STATE_INPUT_REQUIRED`, its status message
+//!   carrying `{approval_id, tool_name, parameters, risk_level, description}`;
+//!   only a client message answering that approval id releases it (approved →
+//!   the host runs the tool; rejected → it does not, and the plugin gets the
+//!   feedback, as in HAI);
+//! - its reply → `TASK_STATE_COMPLETED` with the whole answer; a failure →
+//!   `TASK_STATE_FAILED`; `CancelTask` → the plugin call is dropped,
+//!   `TASK_STATE_CANCELED`.
+//!
+//! The user's message is in the context's history before the plugin runs, the
+//! answer before the task reads completed, so "what did I say first?" in a
+//! later task of the context sees both.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::A2aError;
+use super::state::{LiveTask, Pending, RunSlot, Shared, context_key, status};
+use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
+use crate::node::state::NodeState;
+use crate::runtime::{
+    ApprovalOutcome, ApprovalRequest, Call, Exchange, LoadedPlugin, Phase, PluginEvent, TransportKind,
+};
+use crate::store::now_ms;
+use crate::transports::chunks::{ChunkedAnswer, OverLimit};
+use crate::vocab::{ToolLifecycle, ToolStage};
+
+/// Host-only event kinds (a plugin's `emit` of `host.*` is refused): the
+/// approver's request, so it reaches readers after the chunks before it.
+const APPROVAL_EVENT: &str = "host.a2a_approval";
+const APPROVAL_EXPIRED_EVENT: &str = "host.a2a_approval_expired";
+const EVENT_BUFFER: usize = 64;
+/// The most answer text one task assembles; chunks beyond it are dropped.
+const MAX_ANSWER_BYTES: usize = 1 << 20;
+const MAX_FEEDBACK_CHARS: usize = 4_000;
+pub const ANSWER_ARTIFACT: &str = "answer";
+
+/// The plugin answering A2A: `a2a.default_plugin`, else the HAI assistant.
+pub fn agent_plugin(node: &NodeState) -> Option<Arc<LoadedPlugin>> {
+    let registry = node.runtime.registry();
+    let name = &node.config.a2a.default_plugin;
+    if name.is_empty() {
+        registry.hai_assistant().cloned()
+    } else {
+        registry.by_name(name).cloned()
+    }
+}
+
+/// Run `live` (its first message is the last in its history) to its end.
+pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot) {
+    let task = live.snapshot();
+    let outcome = tokio::select! {
+        biased;
+        () = live.cancelled() => Outcome::Canceled,
+        outcome = answer(&shared, &live, &task) => outcome,
+    };
+    let ended = match outcome {
+        Outcome::Answered(text) => status(
+            TaskState::Completed,
+            Some(Message::agent(&task, vec![Part::text(text)])),
+        ),
+        Outcome::Failed(error) => {
+            tracing::warn!(transport = "a2a", task = %task.id, %error, "task failed");
+            status(
+                TaskState::Failed,
+                Some(Message::agent(&task, vec![Part::text(error.to_string())])),
+            )
+        }
+        Outcome::Canceled => status(TaskState::Canceled, None),
+    };
+    // Stored before anyone hears of it: a client told the task ended finds it
+    // ended on every node, and after a restart.
+    if let Err(error) = store_task(&shared, &live.with_status(&ended)).await {
+        tracing::warn!(transport = "a2a", task = %task.id, %error, "the task's end was not stored");
+    }
+    live.publish_status(ended);
+    shared.remove_live(&task.id);
+    drop(slot);
+}
+
+enum Outcome {
+    Answered(String),
+    Failed(A2aError),
+    Canceled,
+}
+
+async fn answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Outcome {
+    match try_answer(shared, live, task).await {
+        Ok(text) => Outcome::Answered(text),
+        Err(error) => Outcome::Failed(error),
+    }
+}
+
+async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Result<String, A2aError> {
+    let node = &shared.node;
+    let Some(plugin) = agent_plugin(node) else {
+        node.runtime.not_found_yet()?;
+        return Err(A2aError::Internal(
+            "no plugin answers A2A messages: load an assistant plugin or set a2a.default_plugin".into(),
+        ));
+    };
+    let message = task
+        .history
+        .last()
+        .cloned()
+        .ok_or_else(|| A2aError::Internal("the task has no message".into()))?;
+    live.set_status(TaskState::Working, None);
+
+    let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
+    let approver = Arc::new(TaskApprover {
+        live: live.clone(),
+        events: events.clone(),
+        timeout: Duration::from_millis(node.config.tools.approval_timeout_ms),
+    });
+    let exchange = Exchange::new()
+        .with_events(events)
+        .with_history(context_key(&task.context_id))
+        .with_approver(approver);
+    let data: Vec<&Value> = message
+        .parts
+        .iter()
+        .filter_map(|part| part.data.as_ref())
+        .collect();
+    let call = Call {
+        transport: TransportKind::Hai,
+        phase: Phase::Handle,
+        route: "assistant".into(),
+        sender: None,
+        conversation: Some(task.context_id.clone()),
+        body: json!({
+            "content": message.text(),
+            "session_id": task.context_id,
+            "metadata": {"a2a": {"task_id": task.id, "context_id": task.context_id, "data": data}},
+        })
+        .to_string(),
+    };
+    let mut answer = Answer {
+        live,
+        artifact_id: super::wire::new_id(),
+        chunks: ChunkedAnswer::new(MAX_ANSWER_BYTES),
+        sent_any: false,
+    };
+    let invoke = node.runtime.invoke(&plugin, call, exchange);
+    tokio::pin!(invoke);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(event) = stream.recv() => answer.on_event(shared, event).await,
+            outcome = &mut invoke => break outcome,
+        }
+    };
+    while let Ok(event) = stream.try_recv() {
+        answer.on_event(shared, event).await;
+    }
+    let reply = outcome?;
+    let reply: Value = serde_json::from_str(&reply).unwrap_or(Value::String(reply));
+    let stated = reply["content"]
+        .as_str()
+        .or_else(|| reply.as_str())
+        .unwrap_or_default();
+    if answer.chunks.text().is_empty() {
+        if stated.trim().is_empty() {
+            return Err(A2aError::Internal("the agent gave no answer".into()));
+        }
+        answer.chunk(stated);
+    }
+    append(
+        shared,
+        &task.context_id,
+        "assistant",
+        json!({"content": answer.chunks.text(), "task_id": task.id}),
+    )
+    .await?;
+    shared.node.store.commit().await?;
+    answer.finish();
+    Ok(answer.chunks.text().to_string())
+}
+
+/// Store a task durably (committed), before a client hears of its state.
+async fn store_task(shared: &Shared, task: &Task) -> Result<(), A2aError> {
+    shared.save(task).await?;
+    shared.node.store.commit().await?;
+    Ok(())
+}
+
+/// Add to a context's conversation history (what the plugin's `history()` reads).
+pub async fn append(shared: &Shared, context_id: &str, role: &str, body: Value) -> Result<(), A2aError> {
+    let entry = json!({"role": role, "body": body, "at": now_ms()});
+    shared
+        .node
+        .store
+        .append_history(
+            &context_key(context_id),
+            &entry,
+            shared.node.config.a2a.max_history_entries,
+        )
+        .await?;
+    Ok(())
+}
+
+/// The answer being assembled and streamed.
+struct Answer<'a> {
+    live: &'a Arc<LiveTask>,
+    artifact_id: String,
+    /// The answer so far; its latest chunk is held back to say `lastChunk: true`.
+    chunks: ChunkedAnswer,
+    sent_any: bool,
+}
+
+impl Answer<'_> {
+    async fn on_event(&mut self, shared: &Shared, event: PluginEvent) {
+        match event.kind.as_str() {
+            "chunk" | "assistant_message_chunk" => {
+                if let Some(content) = event.data["content"].as_str() {
+                    self.chunk(content);
+                }
+            }
+            APPROVAL_EVENT => self.ask(shared, &event.data).await,
+            APPROVAL_EXPIRED_EVENT => {
+                let task = self.live.snapshot();
+                let note = Message::agent(
+                    &task,
+                    vec![Part::text(
+                        "The approval was not answered in time; the tool did not run.",
+                    )],
+                );
+                self.live.set_status(TaskState::Working, Some(note));
+            }
+            "tool_call" => {
+                if let Ok(ToolLifecycle {
+                    tool_name,
+                    stage: ToolStage::Started { .. },
+                    ..
+                }) = serde::Deserialize::deserialize(&event.data)
+                {
+                    let task = self.live.snapshot();
+                    let note = Message::agent(&task, vec![Part::text(format!("Running {tool_name}…"))]);
+                    self.live.set_status(TaskState::Working, Some(note));
+                }
+            }
+            other => tracing::debug!(kind = other, "a2a: event kind ignored"),
+        }
+    }
+
+    fn chunk(&mut self, content: &str) {
+        match self.chunks.push(content) {
+            Ok(Some(previous)) => self.send(previous, false),
+            Ok(None) => {}
+            Err(OverLimit) => {
+                tracing::warn!(task = %self.live.id, "a2a: answer over {MAX_ANSWER_BYTES} bytes; the rest is dropped")
+            }
+        }
+    }
+
+    /// One `artifactUpdate`; the task's artifact holds all that was sent.
+    fn send(&mut self, content: String, last: bool) {
+        let append = self.sent_any;
+        self.sent_any = true;
+        let artifact_id = self.artifact_id.clone();
+        self.live.update(|task| {
+            match task
+                .artifacts
+                .first_mut()
+                .and_then(|artifact| artifact.parts.first_mut())
+            {
+                Some(Part { text: Some(text), .. }) => text.push_str(&content),
+                _ => {
+                    task.artifacts = vec![Artifact {
+                        artifact_id: artifact_id.clone(),
+                        name: Some(ANSWER_ARTIFACT.into()),
+                        parts: vec![Part::text(content.clone())],
+                    }]
+                }
+            }
+            Some(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                artifact: Artifact {
+                    artifact_id,
+                    name: Some(ANSWER_ARTIFACT.into()),
+                    parts: vec![Part::text(content)],
+                },
+                append,
+                last_chunk: last,
+            }))
+        });
+    }
+
+    fn flush(&mut self, last: bool) {
+        if let Some(held) = self.chunks.take_held() {
+            self.send(held, last);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.flush(true);
+    }
+
+    /// The host's approver asks: everything streamed so far goes out first (the
+    /// stream closes at input-required), then the question.
+    async fn ask(&mut self, shared: &Shared, data: &Value) {
+        self.flush(false);
+        let task = self.live.snapshot();
+        let tool_name = data["tool_name"].as_str().unwrap_or_default();
+        let question = format!(
+            "Approve running {tool_name}? Answer with a data part {{\"approval_id\": \"{}\", \"approved\": true|false, \"feedback\": \"…\"}}.",
+            data["approval_id"].as_str().unwrap_or_default()
+        );
+        let message = Message::agent(&task, vec![Part::text(question), Part::data(data.clone())]);
+        let waiting = status(TaskState::InputRequired, Some(message));
+        // Stored first, so any node of a fleet can take the answer once the client has the question.
+        if let Err(error) = store_task(shared, &self.live.with_status(&waiting)).await {
+            tracing::warn!(transport = "a2a", task = %task.id, %error, "the approval request was not stored");
+        }
+        self.live.publish_status(waiting);
+    }
+}
+
+/// Parks a risky tool call until the client answers it (see the module docs).
+struct TaskApprover {
+    live: Arc<LiveTask>,
+    events: mpsc::Sender<PluginEvent>,
+    /// `tools.approval_timeout_ms`.
+    timeout: Duration,
+}
+
+#[async_trait::async_trait]
+impl crate::runtime::Approver for TaskApprover {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
+        let approval_id = format!("appr_{}", uuid::Uuid::new_v4().simple());
+        let (decide, decision) = oneshot::channel();
+        if !self.live.park(Pending {
+            approval_id: approval_id.clone(),
+            decide,
+        }) {
+            return ApprovalOutcome::Rejected {
+                feedback: Some("another approval of this task is already waiting".into()),
+            };
+        }
+        let event = PluginEvent {
+            kind: APPROVAL_EVENT.into(),
+            data: json!({
+                "approval_id": approval_id,
+                "tool_name": request.tool_name,
+                "parameters": request.arguments,
+                "risk_level": request.risk,
+                "description": request.description,
+            }),
+        };
+        if self.events.send(event).await.is_err() {
+            self.live.unpark(&approval_id);
+            return ApprovalOutcome::Rejected {
+                feedback: Some("the task ended before anyone could approve".into()),
+            };
+        }
+        let mut decision = decision;
+        match tokio::time::timeout(self.timeout, &mut decision).await {
+            Ok(Ok(outcome)) => outcome,
+            // The task was canceled: the call is being dropped anyway.
+            Ok(Err(_)) => ApprovalOutcome::Rejected {
+                feedback: Some("the task was canceled".into()),
+            },
+            Err(_) => {
+                if self.live.unpark(&approval_id).is_some() {
+                    let _ = self
+                        .events
+                        .send(PluginEvent {
+                            kind: APPROVAL_EXPIRED_EVENT.into(),
+                            data: Value::Null,
+                        })
+                        .await;
+                    ApprovalOutcome::TimedOut
+                } else {
+                    // A decision won the race; it is already sent.
+                    decision.await.unwrap_or(ApprovalOutcome::TimedOut)
+                }
+            }
+        }
+    }
+}
+
+/// Read a client's answer to the pending approval: the data part must name it
+/// and say `approved`; the feedback, if any, goes to the plugin verbatim.
+pub fn decision_of(
+    approval_id: &str,
+    data: Option<&Map<String, Value>>,
+) -> Result<ApprovalOutcome, A2aError> {
+    let Some(data) = data else {
+        return Err(A2aError::InvalidParams(format!(
+            "the task waits for approval {approval_id}: answer with a data part {{\"approval_id\", \"approved\", \"feedback\"}}"
+        )));
+    };
+    if data.get("approval_id").and_then(Value::as_str) != Some(approval_id) {
+        return Err(A2aError::InvalidParams(format!(
+            "approval_id does not name the pending approval ({approval_id})"
+        )));
+    }
+    let Some(approved) = data.get("approved").and_then(Value::as_bool) else {
+        return Err(A2aError::InvalidParams("approved must be true or false".into()));
+    };
+    let feedback = match data.get("feedback") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.chars().count() <= MAX_FEEDBACK_CHARS => Some(text.clone()),
+        Some(Value::String(_)) => {
+            return Err(A2aError::InvalidParams(format!(
+                "feedback must be at most {MAX_FEEDBACK_CHARS} characters"
+            )));
+        }
+        Some(_) => return Err(A2aError::InvalidParams("feedback must be a string".into())),
+    };
+    Ok(if approved {
+        ApprovalOutcome::Approved
+    } else {
+        ApprovalOutcome::Rejected { feedback }
+    })
+}

@@ -1,0 +1,168 @@
+//! A2A on a fleet: two nodes on one PostgreSQL database, as behind a load
+//! balancer. A task started at one node is read at the other, a context's
+//! history follows the client to whichever node it reaches, and a task one node
+//! runs is approved, rejected (streaming) or canceled through the other.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agora_test_postgres::Postgres;
+use serde_json::{Value, json};
+
+use crate::support::{self, TestNode};
+
+const PLUGINS: [&str; 2] = ["hai-assistant", "inspection-tools"];
+
+fn node(database: &str) -> TestNode {
+    let mut builder = TestNode::builder()
+        .env("AGORA_STORE__BACKEND", "postgres")
+        .env("AGORA_STORE__POSTGRES_URL", database);
+    for plugin in PLUGINS {
+        builder = builder.plugin(plugin);
+    }
+    builder.start()
+}
+
+fn rpc(node: &TestNode, method: &str, params: Value) -> Value {
+    let request = json!({"jsonrpc": "2.0", "id": method, "method": method, "params": params});
+    let reply = support::post_with_headers(
+        &node.url("/a2a"),
+        &[("content-type", "application/json"), ("a2a-version", "1.0")],
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "{method}: {}", reply.body);
+    let answer = reply.json();
+    assert_eq!(answer["id"], method, "{answer}");
+    answer
+}
+
+fn send(node: &TestNode, text: &str, context: Option<&str>) -> Value {
+    let mut message = json!({"messageId": uuid(), "role": "ROLE_USER", "parts": [{"text": text}]});
+    if let Some(context) = context {
+        message["contextId"] = json!(context);
+    }
+    let answer = rpc(node, "SendMessage", json!({"message": message}));
+    answer["result"]["task"].clone()
+}
+
+/// A message id of its own (the node does not require them unique; a client should).
+fn uuid() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("fleet-test-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn answer_text(task: &Value) -> String {
+    task["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_task_and_its_context_are_read_and_continued_at_either_node() {
+    let database = Postgres::shared().create_database();
+    let (a, b) = (node(&database), node(&database));
+    let first = send(&a, "hello from the fleet test", None);
+    assert_eq!(first["status"]["state"], "TASK_STATE_COMPLETED", "{first}");
+    let context = first["contextId"].as_str().expect("a contextId").to_string();
+
+    let read_at_b = rpc(&b, "GetTask", json!({"id": first["id"]}));
+    assert_eq!(read_at_b["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(answer_text(&read_at_b["result"]), answer_text(&first));
+
+    // The context's history is in the shared store: node B's assistant sees A's turn.
+    let recall = send(&b, "what did I say first?", Some(&context));
+    assert_eq!(recall["status"]["state"], "TASK_STATE_COMPLETED", "{recall}");
+    assert!(
+        answer_text(&recall).contains("hello from the fleet test"),
+        "{}",
+        answer_text(&recall)
+    );
+
+    let listed = rpc(&a, "ListTasks", json!({"contextId": context}));
+    let ids: Vec<&str> = listed["result"]["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .filter_map(|task| task["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [recall["id"].as_str().unwrap(), first["id"].as_str().unwrap()],
+        "newest first"
+    );
+    assert_eq!(listed["result"]["nextPageToken"], "");
+}
+
+/// A task `node` starts and parks on the high-risk report tool: (task id, approval id).
+fn parked_report(node: &TestNode) -> (String, String) {
+    let parked = send(node, "generate the report for INS-2024-001", None);
+    assert_eq!(parked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{parked}");
+    let approval = parked["status"]["message"]["parts"]
+        .as_array()
+        .and_then(|parts| parts.iter().find_map(|part| part.get("data")))
+        .and_then(|data| data["approval_id"].as_str())
+        .expect("an approval data part")
+        .to_string();
+    (parked["id"].as_str().expect("a task id").to_string(), approval)
+}
+
+fn decision(task_id: &str, approval_id: &str, approved: bool) -> Value {
+    json!({"message": {"messageId": uuid(), "role": "ROLE_USER", "taskId": task_id,
+        "parts": [{"data": {"approval_id": approval_id, "approved": approved, "feedback": "not from this node"}}]}})
+}
+
+#[test]
+fn a_task_waiting_at_one_node_is_answered_and_canceled_through_the_other() {
+    let database = Postgres::shared().create_database();
+    let (a, b) = (node(&database), node(&database));
+
+    // Approved at B: A runs the tool, and B answers with the end A stored.
+    let (task_id, approval_id) = parked_report(&a);
+    let wrong = rpc(&b, "SendMessage", decision(&task_id, "appr_not_this_one", true));
+    assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+    let done = rpc(&b, "SendMessage", decision(&task_id, &approval_id, true));
+    let task = &done["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert!(answer_text(task).contains("RPT-"), "{}", answer_text(task));
+    let seen = rpc(&a, "GetTask", json!({"id": task_id}));
+    assert_eq!(seen["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+
+    // Rejected at B over a stream: the Task first, the end last, the feedback quoted.
+    let (task_id, approval_id) = parked_report(&a);
+    let request = json!({"jsonrpc": "2.0", "id": 9, "method": "SendStreamingMessage",
+        "params": decision(&task_id, &approval_id, false)});
+    let reply = support::post_with_headers(
+        &b.url("/a2a"),
+        &[("content-type", "application/json"), ("a2a-version", "1.0")],
+        request.to_string().as_bytes(),
+    );
+    assert!(
+        reply.content_type.starts_with("text/event-stream"),
+        "{}",
+        reply.body
+    );
+    let events: Vec<Value> = reply
+        .body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str(data.trim()).expect("an event is JSON"))
+        .collect();
+    let first = &events.first().expect("events")["result"];
+    assert_eq!(first["task"]["id"], task_id.as_str(), "{first}");
+    let last = &events.last().expect("events")["result"]["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{last}");
+    let text = last["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("not from this node"), "{text}");
+
+    // Canceled at B: A stops the call.
+    let (task_id, _) = parked_report(&a);
+    let canceled = rpc(&b, "CancelTask", json!({"id": task_id}));
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let again = rpc(&a, "CancelTask", json!({"id": task_id}));
+    assert_eq!(again["error"]["code"], -32002, "{again}");
+}
