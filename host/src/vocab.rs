@@ -20,7 +20,6 @@ pub enum TransportKind {
     Uagents,
     Arena,
     Hai,
-    A2a,
 }
 
 impl TransportKind {
@@ -31,7 +30,6 @@ impl TransportKind {
             TransportKind::Uagents => "uagents",
             TransportKind::Arena => "arena",
             TransportKind::Hai => "hai",
-            TransportKind::A2a => "a2a",
         }
     }
 }

@@ -5,7 +5,8 @@
 //! data part Agora Node's own A2A server uses. The SDK's handler refuses a
 //! request without `A2A-Version: 1.0`, so every passing exchange also shows
 //! the CLI sends it; the server's request log shows what was streamed. The
-//! last test reaches the same agent from a plugin (`host.outbound` over `a2a`).
+//! last tests reach the same agent from a plugin (`host.outbound-a2a`), and
+//! show that adding that function kept plugins built without it loading.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -368,21 +369,24 @@ fn a_card_without_a_jsonrpc_1x_interface_is_an_error_not_a_guess() {
     assert_eq!(paths, vec![Value::from("/.well-known/agent-card.json")]);
 }
 
-// --- host.outbound over A2A: a plugin calls the SDK agent ---
+// --- host.outbound-a2a: a plugin calls the SDK agent ---
 
 #[test]
-fn a_plugin_calls_an_a2a_agent_through_host_outbound_within_the_allow_list() {
+fn a_plugin_calls_an_a2a_agent_through_host_outbound_a2a_within_the_allow_list() {
     let agent = SdkAgent::start();
     let other = SdkAgent::start();
     let node = TestNode::builder()
         .plugin("fixture-outbound-caller")
+        .plugin("hai-assistant")
         .env(
             "AGORA_OUTBOUND__ALLOWED_HOSTS",
             format!(r#"["127.0.0.1:{}"]"#, agent.port),
         )
         .start();
-    node.wait_for_health("the outbound caller", |h| {
-        support::has_plugin(h, "fixture-outbound-caller")
+    // A plugin that never calls `outbound-a2a` (it imports the `host` interface
+    // as it did before the function existed) loads beside one that does.
+    node.wait_for_health("the outbound caller and the assistant", |h| {
+        support::has_plugin(h, "fixture-outbound-caller") && support::has_plugin(h, "hai-assistant")
     });
     let hash = crate::scripting_tools::agora_route(&node, "fixture-outbound-caller");
     let call = |url: &str, body: Value| {
@@ -449,5 +453,39 @@ fn a_plugin_calls_an_a2a_agent_through_host_outbound_within_the_allow_list() {
             .unwrap_or_default()
             .contains("give `text`, `data` or both"),
         "{invalid}"
+    );
+}
+
+/// The `host` functions a plugin component imports, by name.
+fn host_imports(package: &str) -> Vec<String> {
+    use wasmtime::component::types::ComponentItem;
+    let engine = wasmtime::Engine::default();
+    let bytes = std::fs::read(support::plugin_wasm(package)).unwrap();
+    let component = wasmtime::component::Component::from_binary(&engine, &bytes).unwrap();
+    let kind = component.component_type();
+    let host = kind.imports(&engine).find_map(|(name, import)| match import.ty {
+        ComponentItem::ComponentInstance(host) if name.starts_with("agora:node/host@") => Some(host),
+        _ => None,
+    });
+    host.map(|host| host.exports(&engine).map(|(name, _)| name.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Why `outbound-a2a` is a new function and not a `transport` case: a
+/// component imports only the host functions it calls, so a plugin built
+/// before the function existed imports the same `host` instance as one built
+/// now that does not call it, and the node, which offers more, links both
+/// (the test above loads both kinds; a new enum case instead changed the type
+/// of `handle` itself and every older plugin was refused).
+#[test]
+fn only_plugins_that_call_outbound_a2a_import_it() {
+    let caller = host_imports("fixture-outbound-caller");
+    assert!(caller.contains(&"outbound-a2a".to_string()), "{caller:?}");
+    assert!(caller.contains(&"outbound".to_string()), "{caller:?}");
+    let assistant = host_imports("hai-assistant");
+    assert!(assistant.contains(&"history".to_string()), "{assistant:?}");
+    assert!(
+        !assistant.iter().any(|name| name.starts_with("outbound")),
+        "{assistant:?}"
     );
 }

@@ -24,7 +24,6 @@ impl From<Transport> for vocab::TransportKind {
             Transport::Uagents => vocab::TransportKind::Uagents,
             Transport::Arena => vocab::TransportKind::Arena,
             Transport::Hai => vocab::TransportKind::Hai,
-            Transport::A2a => vocab::TransportKind::A2a,
         }
     }
 }
@@ -37,7 +36,6 @@ impl From<vocab::TransportKind> for Transport {
             vocab::TransportKind::Uagents => Transport::Uagents,
             vocab::TransportKind::Arena => Transport::Arena,
             vocab::TransportKind::Hai => Transport::Hai,
-            vocab::TransportKind::A2a => Transport::A2a,
         }
     }
 }

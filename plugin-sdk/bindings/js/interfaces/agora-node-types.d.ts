@@ -18,12 +18,8 @@ declare module 'agora:node/types@0.1.0' {
    * ## `"hai"`
    * 
    * Human chat over WebSocket (`GET /ws`).
-   * ## `"a2a"`
-   * 
-   * A2A 1.0 agents (JSON-RPC binding); outbound calls only: A2A clients
-   * reach the node's assistant, whose messages arrive as `hai`.
    */
-  export type Transport = 'agora' | 'envelope' | 'uagents' | 'arena' | 'hai' | 'a2a';
+  export type Transport = 'agora' | 'envelope' | 'uagents' | 'arena' | 'hai';
   /**
    * What the host asks of `handle`.
    * # Variants

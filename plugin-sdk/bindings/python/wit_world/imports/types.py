@@ -19,7 +19,6 @@ class Transport(Enum):
     UAGENTS = 2
     ARENA = 3
     HAI = 4
-    A2A = 5
 
 class Phase(Enum):
     """
