@@ -112,6 +112,14 @@ pub fn outbound<T: Serialize + ?Sized>(
     raw::outbound(&request).map_err(HostError::from_outbound)
 }
 
+/// Call the A2A 1.0 agent at its base URL `url` (its card, endpoint and any
+/// redirect must be hosts the node allows) with `body`
+/// `{"text"?, "data"?, "context_id"?, "task_id"?}`; the answer is the final
+/// Task JSON text (or the agent's Message JSON text).
+pub fn outbound_a2a<T: Serialize + ?Sized>(url: &str, body: &T) -> Result<String, HostError> {
+    raw::outbound_a2a(url, &encode_text(body)?).map_err(HostError::from_outbound)
+}
+
 fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, HostError> {
     serde_json::to_vec(value).map_err(|e| HostError::InvalidData(format!("cannot encode as JSON: {e}")))
 }

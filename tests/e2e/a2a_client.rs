@@ -4,15 +4,17 @@
 //! remembers each context's first text, and asks for an approval with the
 //! data part Agora Node's own A2A server uses. The SDK's handler refuses a
 //! request without `A2A-Version: 1.0`, so every passing exchange also shows
-//! the CLI sends it; the server's request log shows what was streamed.
+//! the CLI sends it; the server's request log shows what was streamed. The
+//! last tests reach the same agent from a plugin (`host.outbound-a2a`), and
+//! show that adding that function kept plugins built without it loading.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::support;
+use crate::support::{self, TestNode};
 
 /// The venv the A2A interop tests share (the same packages everywhere, so it is made once).
 fn python() -> PathBuf {
@@ -115,6 +117,14 @@ fn sent(output: &Output) -> Sent {
     }
 }
 
+/// `args`, then `args` with `--stream`: each test runs both ways.
+fn plain_and_streamed<'a>(args: &[&'a str]) -> [Vec<&'a str>; 2] {
+    let plain = args.to_vec();
+    let mut streamed = plain.clone();
+    streamed.push("--stream");
+    [plain, streamed]
+}
+
 fn send(agent: &SdkAgent, args: &[&str]) -> Sent {
     let url = agent.url();
     let mut all = vec!["send", url.as_str()];
@@ -201,11 +211,7 @@ fn send_stream_prints_the_streamed_answer() {
 fn a_context_id_continues_the_conversation() {
     let agent = SdkAgent::start();
     let first = send(&agent, &["my name is Ada"]);
-    for stream in [false, true] {
-        let mut args = vec!["what did I say first?", "--context", first.context.as_str()];
-        if stream {
-            args.push("--stream");
-        }
+    for args in plain_and_streamed(&["what did I say first?", "--context", first.context.as_str()]) {
         let again = send(&agent, &args);
         assert_eq!(again.answer, "my name is Ada");
         assert_eq!(again.context, first.context);
@@ -220,13 +226,9 @@ fn a_context_id_continues_the_conversation() {
 #[test]
 fn approve_answers_the_agents_approval() {
     let agent = SdkAgent::start();
-    for stream in [false, true] {
-        let mut args = vec!["please approve this", "--approve"];
-        if stream {
-            args.push("--stream");
-        }
+    for args in plain_and_streamed(&["please approve this", "--approve"]) {
         let reply = send(&agent, &args);
-        assert_eq!(reply.code, Some(0), "stream: {stream}");
+        assert_eq!(reply.code, Some(0), "{args:?}");
         assert!(
             reply
                 .answer
@@ -251,16 +253,12 @@ fn approve_answers_the_agents_approval() {
 #[test]
 fn reject_sends_the_feedback_verbatim() {
     let agent = SdkAgent::start();
-    for stream in [false, true] {
-        let mut args = vec![
-            "approve it",
-            "--reject",
-            "--feedback",
-            "not on a Friday, \"please\"",
-        ];
-        if stream {
-            args.push("--stream");
-        }
+    for args in plain_and_streamed(&[
+        "approve it",
+        "--reject",
+        "--feedback",
+        "not on a Friday, \"please\"",
+    ]) {
         let reply = send(&agent, &args);
         assert_eq!(reply.code, Some(0));
         assert!(
@@ -344,11 +342,7 @@ fn on_a_terminal_the_operator_is_asked() {
 fn an_unknown_task_prints_the_agents_error_and_fails() {
     let agent = SdkAgent::start();
     let url = agent.url();
-    for stream in [false, true] {
-        let mut args = vec!["send", url.as_str(), "hello", "--task", "no-such-task"];
-        if stream {
-            args.push("--stream");
-        }
+    for args in plain_and_streamed(&["send", url.as_str(), "hello", "--task", "no-such-task"]) {
         let output = cli(&args);
         assert_eq!(output.status.code(), Some(1));
         let error = stderr(&output);
@@ -373,4 +367,125 @@ fn a_card_without_a_jsonrpc_1x_interface_is_an_error_not_a_guess() {
     // Only the card was fetched.
     let paths: Vec<Value> = agent.requests().iter().map(|r| r["path"].clone()).collect();
     assert_eq!(paths, vec![Value::from("/.well-known/agent-card.json")]);
+}
+
+// --- host.outbound-a2a: a plugin calls the SDK agent ---
+
+#[test]
+fn a_plugin_calls_an_a2a_agent_through_host_outbound_a2a_within_the_allow_list() {
+    let agent = SdkAgent::start();
+    let other = SdkAgent::start();
+    let node = TestNode::builder()
+        .plugin("fixture-outbound-caller")
+        .plugin("hai-assistant")
+        .env(
+            "AGORA_OUTBOUND__ALLOWED_HOSTS",
+            format!(r#"["127.0.0.1:{}"]"#, agent.port),
+        )
+        .start();
+    // A plugin that never calls `outbound-a2a` (it imports the `host` interface
+    // as it did before the function existed) loads beside one that does.
+    node.wait_for_health("the outbound caller and the assistant", |h| {
+        support::has_plugin(h, "fixture-outbound-caller") && support::has_plugin(h, "hai-assistant")
+    });
+    let hash = crate::scripting_tools::agora_route(&node, "fixture-outbound-caller");
+    let call = |url: &str, body: Value| {
+        let reply = support::post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": {"url": url, "transport": "a2a", "body": body}}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()["body"].clone()
+    };
+
+    // The final Task JSON comes back to the plugin.
+    let answered = call(&agent.url(), json!({"text": "from a plugin"}));
+    let task = &answered["reply"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
+    assert_eq!(task["artifacts"][0]["name"], "answer");
+    assert_eq!(
+        task["status"]["message"]["parts"][0]["text"],
+        "echo: from a plugin"
+    );
+    let context = task["contextId"].as_str().unwrap().to_string();
+
+    // A context id continues the conversation; an approval is answered with data and the task id.
+    let asked = call(&agent.url(), json!({"text": "approve", "context_id": context}));
+    let waiting = &asked["reply"];
+    assert_eq!(waiting["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(waiting["contextId"], context.as_str());
+    let approval_id = waiting["status"]["message"]["parts"][1]["data"]["approval_id"].clone();
+    let answer = json!({"approval_id": approval_id, "approved": false, "feedback": "plugins ask twice"});
+    let done = call(
+        &agent.url(),
+        json!({"data": answer, "task_id": waiting["id"], "context_id": context}),
+    );
+    assert_eq!(done["reply"]["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(
+        done["reply"]["status"]["message"]["parts"][0]["text"],
+        "rejected: plugins ask twice"
+    );
+    let first = call(
+        &agent.url(),
+        json!({"text": "what did I say first?", "context_id": context}),
+    );
+    assert_eq!(
+        first["reply"]["status"]["message"]["parts"][0]["text"],
+        "from a plugin"
+    );
+
+    // A host not on the list is refused before anything is sent to it.
+    let refused = call(&other.url(), json!({"text": "hello"}));
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "host 127.0.0.1:{} is not in outbound.allowed_hosts",
+            other.port
+        )),
+        "{refused}"
+    );
+    assert_eq!(other.requests(), Vec::<Value>::new());
+    // A malformed body is the plugin's error, named as such.
+    let invalid = call(&agent.url(), json!({"context_id": context}));
+    assert!(
+        invalid["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("give `text`, `data` or both"),
+        "{invalid}"
+    );
+}
+
+/// The `host` functions a plugin component imports, by name.
+fn host_imports(package: &str) -> Vec<String> {
+    use wasmtime::component::types::ComponentItem;
+    let engine = wasmtime::Engine::default();
+    let bytes = std::fs::read(support::plugin_wasm(package)).unwrap();
+    let component = wasmtime::component::Component::from_binary(&engine, &bytes).unwrap();
+    let kind = component.component_type();
+    let host = kind.imports(&engine).find_map(|(name, import)| match import.ty {
+        ComponentItem::ComponentInstance(host) if name.starts_with("agora:node/host@") => Some(host),
+        _ => None,
+    });
+    host.map(|host| host.exports(&engine).map(|(name, _)| name.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Why `outbound-a2a` is a new function and not a `transport` case: a
+/// component imports only the host functions it calls, so a plugin built
+/// before the function existed imports the same `host` instance as one built
+/// now that does not call it, and the node, which offers more, links both
+/// (the test above loads both kinds; a new enum case instead changed the type
+/// of `handle` itself and every older plugin was refused).
+#[test]
+fn only_plugins_that_call_outbound_a2a_import_it() {
+    let caller = host_imports("fixture-outbound-caller");
+    assert!(caller.contains(&"outbound-a2a".to_string()), "{caller:?}");
+    assert!(caller.contains(&"outbound".to_string()), "{caller:?}");
+    let assistant = host_imports("hai-assistant");
+    assert!(assistant.contains(&"history".to_string()), "{assistant:?}");
+    assert!(
+        !assistant.iter().any(|name| name.starts_with("outbound")),
+        "{assistant:?}"
+    );
 }

@@ -337,6 +337,31 @@ pub fn approval_answer(approval_id: &str, approved: bool, feedback: Option<&str>
     json!({ "data": answer })
 }
 
+/// The message a plugin's `host.outbound` call over A2A sends: its body is
+/// `{"text": …, "data": …?, "context_id": …?, "task_id": …?}` (text or data
+/// or both; the ids continue a context or a task, e.g. to answer an approval).
+pub fn outbound_message(body: Value) -> Result<Value, String> {
+    let Value::Object(mut fields) = body else {
+        return Err("expected an object".into());
+    };
+    let mut string = |name: &str| match fields.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(_) => Err(format!("`{name}` must be a string")),
+    };
+    let text = string("text")?;
+    let context_id = string("context_id")?;
+    let task_id = string("task_id")?;
+    let mut parts: Vec<Value> = text.as_deref().map(text_part).into_iter().collect();
+    if let Some(data) = fields.remove("data").filter(|data| !data.is_null()) {
+        parts.push(json!({ "data": data }));
+    }
+    if parts.is_empty() {
+        return Err("give `text`, `data` or both".into());
+    }
+    Ok(user_message(parts, task_id.as_deref(), context_id.as_deref()))
+}
+
 /// Where an agent's card is: `base` plus [`CARD_PATH`], unless `base` names the card.
 pub fn card_url(base: &str) -> String {
     if base.ends_with(CARD_PATH) {
@@ -394,13 +419,13 @@ impl Agent {
     /// `SendMessage`: returns when the task is final or waits on input.
     pub async fn send(&self, message: Value) -> Result<SendResult, A2aError> {
         let result = self.call("SendMessage", json!({ "message": message })).await?;
-        self.decode(result)
+        decode(&self.endpoint, "result", result)
     }
 
     /// `GetTask`.
     pub async fn get_task(&self, id: &str) -> Result<Task, A2aError> {
         let result = self.call("GetTask", json!({ "id": id })).await?;
-        self.decode(result)
+        decode(&self.endpoint, "result", result)
     }
 
     /// `SendStreamingMessage`: the events as they come.
@@ -437,7 +462,7 @@ impl Agent {
             // An error before the stream began comes as one JSON-RPC response.
             let body = read_all(&mut response, &self.endpoint, self.limits).await?;
             let result = read_rpc(&self.endpoint, response.status, &body)?;
-            stream.queued.push_back(self.decode(result)?);
+            stream.queued.push_back(decode(&self.endpoint, "result", result)?);
         }
         Ok(stream)
     }
@@ -455,13 +480,14 @@ impl Agent {
         .await?;
         read_rpc(&self.endpoint, response.status, &response.body)
     }
+}
 
-    fn decode<T: serde::de::DeserializeOwned>(&self, result: Value) -> Result<T, A2aError> {
-        serde_json::from_value(result).map_err(|e| A2aError::BadReply {
-            url: self.endpoint.clone(),
-            message: format!("unexpected result: {e}"),
-        })
-    }
+/// `value` as the `T` it should be; `what` names it in the error.
+fn decode<T: serde::de::DeserializeOwned>(url: &str, what: &str, value: Value) -> Result<T, A2aError> {
+    serde_json::from_value(value).map_err(|e| A2aError::BadReply {
+        url: url.to_string(),
+        message: format!("unexpected {what}: {e}"),
+    })
 }
 
 /// Fetch and read an agent card.
@@ -471,10 +497,7 @@ pub async fn fetch_card(
     allowed: Option<&[String]>,
 ) -> Result<AgentCard, A2aError> {
     let card = fetch_card_json(url, limits, allowed).await?;
-    serde_json::from_value(card).map_err(|e| A2aError::BadReply {
-        url: url.to_string(),
-        message: format!("not an agent card: {e}"),
-    })
+    decode(url, "agent card", card)
 }
 
 /// Fetch an agent card as the agent wrote it.
@@ -654,7 +677,7 @@ impl EventStream {
                         reason: e.to_string(),
                     })?;
                     for event in events {
-                        let event = self.decode(&event)?;
+                        let event = self.read_event(&event)?;
                         self.queued.push_back(event);
                     }
                 }
@@ -682,7 +705,7 @@ impl EventStream {
         }
     }
 
-    fn decode(&self, event: &sse::SseEvent) -> Result<StreamEvent, A2aError> {
+    fn read_event(&self, event: &sse::SseEvent) -> Result<StreamEvent, A2aError> {
         let bad = |message: String| A2aError::BadReply {
             url: self.url.clone(),
             message,
@@ -694,7 +717,7 @@ impl EventStream {
             return Err(rpc_error(error).unwrap_or_else(|| bad(format!("an error event: {}", event.data))));
         }
         let result = read_rpc(&self.url, 200, event.data.as_bytes())?;
-        serde_json::from_value(result).map_err(|e| bad(format!("unexpected event: {e}")))
+        decode(&self.url, "event", result)
     }
 }
 
@@ -807,6 +830,22 @@ mod tests {
             "artifacts": [{"artifactId": "a", "name": "answer", "parts": [{"data": {"k": 1}}]}]});
         let task: Task = serde_json::from_value(wire.clone()).unwrap();
         assert_eq!(serde_json::to_value(&task).unwrap(), wire);
+    }
+
+    #[test]
+    fn an_outbound_body_becomes_a_user_message() {
+        let message = outbound_message(json!({"text": "hi", "data": {"k": 1}, "context_id": "c"})).unwrap();
+        assert_eq!(message["parts"], json!([{"text": "hi"}, {"data": {"k": 1}}]));
+        assert_eq!(
+            (message["contextId"].as_str(), message.get("taskId")),
+            (Some("c"), None)
+        );
+        let answer =
+            outbound_message(json!({"data": {"approval_id": "a", "approved": true}, "task_id": "t"}));
+        assert_eq!(answer.unwrap()["taskId"], "t");
+        assert!(outbound_message(json!({})).is_err());
+        assert!(outbound_message(json!({"text": 3})).is_err());
+        assert!(outbound_message(json!("hi")).is_err());
     }
 
     #[test]

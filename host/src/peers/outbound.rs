@@ -1,4 +1,6 @@
-//! Outbound calls to other agents, for the CLI and for plugins (`host.outbound`).
+//! Outbound calls to other agents, for the CLI and for plugins (`host.outbound`,
+//! and `host.outbound-a2a` for A2A agents: A2A is not a case of the WIT
+//! `transport` enum, since adding one would break every plugin built before it).
 //! The host checks the destination against `outbound.allowed_hosts` before
 //! anything leaves the node.
 
@@ -7,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::http_client::{self, ClientError};
-use super::{agora, envelopes};
+use super::{a2a, agora, envelopes};
 use crate::config::Config;
 use crate::vocab::TransportKind;
 
@@ -15,6 +17,8 @@ use crate::vocab::TransportKind;
 pub enum OutboundError {
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error(transparent)]
+    A2a(#[from] a2a::A2aError),
     #[error("invalid outbound request: {0}")]
     Invalid(String),
     #[error("the peer answered with a failure: {0}")]
@@ -43,4 +47,23 @@ pub async fn call(
             .map_err(|e| OutboundError::Peer(e.to_string())),
         other => Err(OutboundError::Unsupported(other.as_str())),
     }
+}
+
+/// Sends `body` (`{text?, data?, context_id?, task_id?}`) to the A2A agent at
+/// `url` and answers the final Task JSON (or the agent's Message JSON).
+pub async fn call_a2a(config: &Config, url: &str, body: Value) -> Result<Value, OutboundError> {
+    http_client::check_allowed(url, &config.outbound.allowed_hosts)?;
+    let message = a2a::outbound_message(body).map_err(OutboundError::Invalid)?;
+    let limits = a2a::Limits {
+        timeout: Duration::from_millis(config.outbound.timeout_ms),
+        max_response_bytes: config.outbound.max_response_bytes,
+    };
+    // The card, the endpoint it names and any redirect are all held to the allow-list.
+    let allowed = Some(config.outbound.allowed_hosts.clone());
+    let agent = a2a::Agent::resolve(url, limits, allowed).await?;
+    let answer = match agent.send(message).await? {
+        a2a::SendResult::Task(task) => serde_json::to_value(task),
+        a2a::SendResult::Message(message) => serde_json::to_value(message),
+    };
+    answer.map_err(|e| OutboundError::Invalid(e.to_string()))
 }

@@ -164,20 +164,40 @@ impl host::Host for PluginState {
     }
 
     async fn outbound(&mut self, request: OutboundRequest) -> Result<String, String> {
-        let body: Value =
-            serde_json::from_str(&request.body).map_err(|e| format!("outbound body is not JSON: {e}"))?;
+        let body = outbound_body(&request.body)?;
         let transport = TransportKind::from(request.transport);
+        let config = self.host.node_config.clone();
+        self.parked_outbound(outbound::call(&config, transport, &request.url, body))
+            .await
+    }
+
+    async fn outbound_a2a(&mut self, url: String, body: String) -> Result<String, String> {
+        let body = outbound_body(&body)?;
+        let config = self.host.node_config.clone();
+        self.parked_outbound(outbound::call_a2a(&config, &url, body))
+            .await
+    }
+}
+
+fn outbound_body(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("outbound body is not JSON: {e}"))
+}
+
+impl PluginState {
+    /// Runs an outbound call with the plugin's instance parked, so a slow peer
+    /// does not hold a pool slot.
+    async fn parked_outbound(
+        &mut self,
+        call: impl std::future::Future<Output = Result<Value, outbound::OutboundError>>,
+    ) -> Result<String, String> {
         let place = self.host.park_place();
-        let call = outbound::call(&self.host.node_config, transport, &request.url, body);
         self.host
             .while_parked(&mut self.slot, place, call)
             .await
             .map(|reply| reply.to_string())
             .map_err(|e| e.to_string())
     }
-}
 
-impl PluginState {
     fn kv_namespace(&self) -> Result<&str, String> {
         self.kv_namespace
             .as_deref()

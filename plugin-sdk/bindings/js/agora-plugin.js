@@ -293,6 +293,16 @@ export function outbound(transport, url, body) {
   return checked(() => raw.outbound(request), outboundError);
 }
 
+/**
+ * Call the A2A 1.0 agent at its base URL `url` (its card, endpoint and redirects only on hosts
+ * the node allows) with `{text?, data?, context_id?, task_id?}`; the answer is the final Task JSON text.
+ * @param {string} url @param {unknown} body
+ * @returns {string}
+ */
+export function outboundA2a(url, body) {
+  return checked(() => raw.outboundA2a(url, encode(body)), outboundError);
+}
+
 // --- Tool arguments, read field by field ---
 
 /**

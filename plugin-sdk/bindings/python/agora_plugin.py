@@ -275,6 +275,13 @@ def outbound(transport: types.Transport, url: str, body: Any) -> str:
     return _checked(lambda: host.outbound(request), _outbound_error)
 
 
+def outbound_a2a(url: str, body: Any) -> str:
+    """Call the A2A 1.0 agent at its base URL `url` (its card, endpoint and redirects only on hosts
+    the node allows) with `{"text"?, "data"?, "context_id"?, "task_id"?}`; the answer is the final
+    Task JSON text."""
+    return _checked(lambda: host.outbound_a2a(url, _encode(body)), _outbound_error)
+
+
 # --- Tool arguments, read into a dataclass ---
 
 T = TypeVar("T")

@@ -37,6 +37,16 @@ declare module 'agora:node/host@0.1.0' {
    * Call another agent. Only hosts allowed in config are reachable.
    */
   export function outbound(request: OutboundRequest): string;
+  /**
+   * Call an A2A 1.0 agent (JSON-RPC binding) at its base URL `url`: its card
+   * is read first, and the card, the endpoint it names and any redirect must
+   * be allowed in config, as for `outbound`. `body` is JSON text
+   * `{"text": …?, "data": …?, "context_id": …?, "task_id": …?}`; the answer
+   * is the final Task JSON (or the agent's Message JSON when it answers with one).
+   * A separate function rather than a `transport` case, so plugins built
+   * before it keep loading.
+   */
+  export function outboundA2a(url: string, body: string): string;
   export type Transport = import('agora:node/types@0.1.0').Transport;
   /**
    * # Variants

@@ -86,3 +86,16 @@ def outbound(request: OutboundRequest) -> str:
     Raises: `componentize_py_types.Err(wit_world.imports.str)`
     """
     raise NotImplementedError
+def outbound_a2a(url: str, body: str) -> str:
+    """
+    Call an A2A 1.0 agent (JSON-RPC binding) at its base URL `url`: its card
+    is read first, and the card, the endpoint it names and any redirect must
+    be allowed in config, as for `outbound`. `body` is JSON text
+    `{"text": …?, "data": …?, "context_id": …?, "task_id": …?}`; the answer
+    is the final Task JSON (or the agent's Message JSON when it answers with one).
+    A separate function rather than a `transport` case, so plugins built
+    before it keep loading.
+    
+    Raises: `componentize_py_types.Err(wit_world.imports.str)`
+    """
+    raise NotImplementedError
