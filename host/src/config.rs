@@ -652,12 +652,6 @@ impl Config {
             self.uagents.max_pending_replies as u64,
         )?;
         positive("a2a.max_body_bytes", self.a2a.max_body_bytes as u64)?;
-        if self.a2a.max_body_bytes > self.http.max_body_bytes {
-            return Err(invalid(
-                "a2a.max_body_bytes",
-                "must not exceed http.max_body_bytes, which the listener enforces first",
-            ));
-        }
         positive("a2a.max_parts_per_message", self.a2a.max_parts_per_message as u64)?;
         positive("a2a.max_tasks_per_context", self.a2a.max_tasks_per_context as u64)?;
         positive("a2a.max_running_tasks", self.a2a.max_running_tasks as u64)?;

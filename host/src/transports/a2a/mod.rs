@@ -64,13 +64,21 @@ const MAX_PAGE_SIZE: u32 = 100;
 pub fn router(node: NodeState) -> Router {
     let path = node.config.a2a.path.trim_end_matches('/').to_string();
     let path = if path.is_empty() { "/".to_string() } else { path };
-    let limit = node.config.a2a.max_body_bytes;
+    let limit = body_limit(&node);
     let shared = A2a::new(node);
     fleet::listen(&shared);
     Router::new()
         .route(CARD_PATH, get(agent_card))
         .route(&path, post(rpc).layer(DefaultBodyLimit::max(limit)))
         .with_state(shared)
+}
+
+/// The A2A body limit: `a2a.max_body_bytes`, within the listener's own `http.max_body_bytes`.
+fn body_limit(node: &NodeState) -> usize {
+    node.config
+        .a2a
+        .max_body_bytes
+        .min(node.config.http.max_body_bytes)
 }
 
 async fn agent_card(State(shared): State<Shared>, headers: HeaderMap) -> Response {
@@ -102,7 +110,7 @@ async fn rpc(
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             let error = A2aError::InvalidRequest(format!(
                 "Payload too large: the limit is {} bytes",
-                shared.node.config.a2a.max_body_bytes
+                body_limit(&shared.node)
             ));
             return (
                 StatusCode::PAYLOAD_TOO_LARGE,
