@@ -27,8 +27,9 @@ use super::http_client::{self, ClientError, StreamingResponse};
 use sse::SseParser;
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
-/// The protocol version this client speaks, sent as `A2A-Version`.
+/// The protocol version this client speaks (sent as `A2A-Version`) and the node serves.
 pub const VERSION: &str = "1.0";
+pub const VERSION_HEADER: &str = "a2a-version";
 
 pub const STATE_COMPLETED: &str = "TASK_STATE_COMPLETED";
 pub const STATE_INPUT_REQUIRED: &str = "TASK_STATE_INPUT_REQUIRED";
@@ -555,7 +556,7 @@ fn headers(accept: &'static str) -> [(&'static str, &'static str); 3] {
     [
         ("content-type", "application/json"),
         ("accept", accept),
-        ("a2a-version", VERSION),
+        (VERSION_HEADER, VERSION),
     ]
 }
 

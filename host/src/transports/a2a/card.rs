@@ -10,8 +10,8 @@
 
 use serde_json::{Value, json};
 
-use super::wire::PROTOCOL_VERSION;
 use crate::node::state::NodeState;
+use crate::peers::a2a::VERSION as PROTOCOL_VERSION;
 use crate::runtime::Risk;
 
 /// Media types the agent reads and writes: text, and JSON data parts (approvals).

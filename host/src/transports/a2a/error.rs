@@ -32,7 +32,7 @@ pub enum A2aError {
     PushNotSupported,
     #[error(
         "A2A version '{0}' is not supported by this node. Expected version '{version}'.",
-        version = super::wire::PROTOCOL_VERSION
+        version = crate::peers::a2a::VERSION
     )]
     VersionNotSupported(String),
     /// A bound of the node (running tasks, tasks per context): nothing was done.

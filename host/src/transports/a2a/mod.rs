@@ -50,11 +50,11 @@ use self::error::A2aError;
 use self::state::{A2a, Shared, state_name};
 use self::wire::{
     GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, MessageLimits, SendMessageRequest,
-    StreamResponse, Task, TaskIdRequest, TaskState, TaskStatus, VERSION_HEADER,
+    StreamResponse, Task, TaskIdRequest, TaskState, TaskStatus,
 };
 use crate::node::state::NodeState;
+use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
 
-pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// How long `CancelTask` waits for the plugin call to stop before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 const MAX_ID_CHARS: usize = 128;
@@ -360,16 +360,7 @@ impl Request {
             let mut events = live
                 .cancel()
                 .map_err(|state| A2aError::TaskNotCancelable(state_name(state)))?;
-            let _ = tokio::time::timeout(CANCEL_WAIT, async {
-                loop {
-                    match events.recv().await {
-                        Ok(event) if event.state().is_some_and(TaskState::is_terminal) => break,
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    }
-                }
-            })
-            .await;
+            wait_for_state(&mut events, TaskState::is_terminal, CANCEL_WAIT).await;
             return Ok(Answer::Result(serde_json::to_value(
                 self.task(&request.id).await?,
             )?));
@@ -542,16 +533,7 @@ impl Request {
                 if snapshot.status.state.is_interrupted() {
                     return Ok(());
                 }
-                let _ = tokio::time::timeout(self.wait_budget(), async {
-                    loop {
-                        match events.recv().await {
-                            Ok(event) if event.state().is_some_and(TaskState::is_interrupted) => break,
-                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                            Err(broadcast::error::RecvError::Closed) => break,
-                        }
-                    }
-                })
-                .await;
+                wait_for_state(&mut events, TaskState::is_interrupted, self.wait_budget()).await;
             }
             Progress::Elsewhere { task_id, since } => {
                 fleet::wait_for(&self.shared, &task_id, self.wait_budget(), |task| {
@@ -677,6 +659,25 @@ impl Progress {
             Progress::Elsewhere { task_id, .. } => task_id,
         }
     }
+}
+
+/// Read a running task's events until one leaves it in a state `reached`
+/// accepts, the task's events end, or `budget` runs out.
+async fn wait_for_state(
+    events: &mut broadcast::Receiver<StreamResponse>,
+    reached: fn(TaskState) -> bool,
+    budget: Duration,
+) {
+    let _ = tokio::time::timeout(budget, async {
+        loop {
+            match events.recv().await {
+                Ok(event) if event.state().is_some_and(reached) => break,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    })
+    .await;
 }
 
 fn error_event(id: &Value, error: &A2aError) -> Result<Event, Infallible> {

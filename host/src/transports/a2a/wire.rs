@@ -12,9 +12,6 @@ use serde_json::{Map, Value};
 
 use super::error::A2aError;
 
-pub const PROTOCOL_VERSION: &str = "1.0";
-pub const VERSION_HEADER: &str = "a2a-version";
-
 /// Task states, by their proto names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
