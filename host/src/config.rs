@@ -72,6 +72,7 @@ pub struct Config {
     pub arena: ArenaConfig,
     pub hai: HaiConfig,
     pub a2a: A2aConfig,
+    pub mcp: McpConfig,
     pub tls: TlsConfig,
 }
 
@@ -449,6 +450,44 @@ pub struct A2aConfig {
     pub max_history_entries: usize,
 }
 
+/// The Model Context Protocol: the node's tools served over Streamable HTTP, and
+/// the MCP servers plugins may call; `config/agora.toml` explains each key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    pub enabled: bool,
+    pub listen: String,
+    pub path: String,
+    /// The `serverInfo.name` clients see.
+    pub name: String,
+    /// When not empty, every request needs `Authorization: Bearer <this>`.
+    pub token: String,
+    /// Serve a listener that is not loopback without a token.
+    pub allow_anonymous: bool,
+    pub max_body_bytes: usize,
+    pub max_sessions: usize,
+    pub max_sessions_per_ip: usize,
+    pub session_idle_timeout_ms: u64,
+    pub max_calls_per_session: usize,
+    pub page_size: usize,
+    /// MCP servers plugins may call through `call-tool`, by name.
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+/// One MCP server plugins may call: `call-tool("<name>/<tool>", …)`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// Its Streamable HTTP endpoint (http:// or https://).
+    pub url: String,
+    /// Sent as `Authorization: Bearer <token>` when not empty.
+    #[serde(default)]
+    pub token: String,
+    /// The remote tools plugins may call; `["*"]` allows every tool the server lists.
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
 /// `AGORA_*` variables as configuration keys (`__` nests). `AGORA_CLI_*` are
 /// the client commands' own settings (`AGORA_CLI_UAGENTS_SEED`): with unknown
 /// keys denied they would stop the node from starting, so they are skipped.
@@ -526,6 +565,7 @@ impl Config {
             ("arena.listen", &self.arena.listen),
             ("hai.listen", &self.hai.listen),
             ("a2a.listen", &self.a2a.listen),
+            ("mcp.listen", &self.mcp.listen),
         ] {
             if !listen.is_empty() {
                 parse_listen(key, listen)?;
@@ -537,6 +577,7 @@ impl Config {
             ("arena.path", &self.arena.path),
             ("hai.path", &self.hai.path),
             ("a2a.path", &self.a2a.path),
+            ("mcp.path", &self.mcp.path),
         ] {
             if !path.starts_with('/') || path.contains(char::is_whitespace) {
                 return Err(invalid(key, format!("{path:?} must be an absolute URL path")));
@@ -673,6 +714,7 @@ impl Config {
                 return Err(invalid("a2a.public_url", "must be an http:// or https:// URL"));
             }
         }
+        self.validate_mcp()?;
         positive("hai.max_frame_bytes", self.hai.max_frame_bytes as u64)?;
         positive("hai.messages_per_minute", u64::from(self.hai.messages_per_minute))?;
         positive("hai.ping_interval_secs", self.hai.ping_interval_secs)?;
@@ -803,6 +845,54 @@ pub(crate) fn strip_default_port<'a>(scheme: &str, authority: &'a str) -> &'a st
 }
 
 /// Parse a listen address, naming the key when it is wrong.
+impl Config {
+    fn validate_mcp(&self) -> Result<(), ConfigError> {
+        let mcp = &self.mcp;
+        positive("mcp.max_body_bytes", mcp.max_body_bytes as u64)?;
+        positive("mcp.max_sessions", mcp.max_sessions as u64)?;
+        positive("mcp.max_sessions_per_ip", mcp.max_sessions_per_ip as u64)?;
+        positive("mcp.session_idle_timeout_ms", mcp.session_idle_timeout_ms)?;
+        positive("mcp.max_calls_per_session", mcp.max_calls_per_session as u64)?;
+        positive("mcp.page_size", mcp.page_size as u64)?;
+        if mcp.enabled && mcp.token.is_empty() && !mcp.allow_anonymous {
+            let (key, listen) = if mcp.listen.is_empty() {
+                ("listen", self.listen.as_str())
+            } else {
+                ("mcp.listen", mcp.listen.as_str())
+            };
+            if !parse_listen(key, listen)?.ip().is_loopback() {
+                return Err(invalid(
+                    "mcp.token",
+                    format!(
+                        "MCP would be served on {listen}, which is not loopback, to anyone: set mcp.token, \
+                         or mcp.allow_anonymous = true, or mcp.enabled = false"
+                    ),
+                ));
+            }
+        }
+        for (name, server) in &mcp.servers {
+            let key = "mcp.servers";
+            if name.is_empty() || name.contains('/') || name.contains(char::is_whitespace) {
+                return Err(invalid(
+                    key,
+                    format!("{name:?}: a server name has no '/' or spaces"),
+                ));
+            }
+            let url = url::Url::parse(&server.url).map_err(|e| invalid(key, format!("{name}.url: {e}")))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(invalid(key, format!("{name}.url must be http:// or https://")));
+            }
+            if server.tools.is_empty() {
+                return Err(invalid(
+                    key,
+                    format!("{name}.tools is empty: list the tools plugins may call, or [\"*\"]"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 pub fn parse_listen(key: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
     value
         .parse()

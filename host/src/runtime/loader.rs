@@ -133,6 +133,9 @@ impl Runtime {
             *registry = Arc::new(registry.without(file));
             removed
         };
+        if removed.is_some() {
+            self.registry_changed();
+        }
         if let Some(name) = &removed {
             tracing::info!(plugin = %name, file = %file.display(), "plugin removed; its routes are withdrawn and its data deleted");
             self.end_install(name, file).await;
@@ -282,6 +285,7 @@ impl Runtime {
             let next = registry.with(plugin.clone()).map_err(LoadError::Conflict)?;
             *registry = Arc::new(next);
         }
+        self.registry_changed();
         self.begin_install(&plugin.manifest.name, file).await;
         self.inner.load_errors.write().remove(file);
         let in_use = self

@@ -86,6 +86,8 @@ pub struct RuntimeInner {
     engine: Engine,
     linker: Linker<instance::PluginState>,
     registry: RwLock<Arc<Registry>>,
+    /// Bumped after every change of the registry (MCP's `tools/list_changed`).
+    registry_changes: tokio::sync::watch::Sender<u64>,
     load_errors: RwLock<BTreeMap<PathBuf, String>>,
     /// The start-up load, while it runs: what is still to compile.
     progress: RwLock<StartProgress>,
@@ -145,6 +147,7 @@ impl Runtime {
             inner: Arc::new(RuntimeInner {
                 linker,
                 registry: RwLock::new(Arc::new(Registry::default())),
+                registry_changes: tokio::sync::watch::Sender::new(0),
                 load_errors: RwLock::new(BTreeMap::new()),
                 progress: RwLock::default(),
                 tools: config.tools.clone(),
@@ -159,6 +162,19 @@ impl Runtime {
     /// The current registry. Hold it for the whole request: it is the version the request runs on.
     pub fn registry(&self) -> Arc<Registry> {
         self.inner.registry.read().clone()
+    }
+
+    /// A receiver that sees every change of the registry (a plugin loaded,
+    /// replaced or removed) after it took effect.
+    pub fn registry_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.registry_changes.subscribe()
+    }
+
+    /// Tell watchers of [`Runtime::registry_changes`] the registry changed.
+    fn registry_changed(&self) {
+        self.inner
+            .registry_changes
+            .send_modify(|generation| *generation += 1);
     }
 
     pub fn plugins_dir(&self) -> &Path {

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
+use super::exchange::{ApprovalOutcome, ApprovalRequest, Approver, Exchange, PluginEvent};
 use super::instance::{self, CallSlot};
+use super::manifest::ToolSpec;
 use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -26,7 +27,16 @@ struct ToolCall<'a> {
     exchange: &'a Exchange,
 }
 
-impl ToolCall<'_> {
+impl<'a> ToolCall<'a> {
+    fn new(tool_name: &'a str, risk: Risk, exchange: &'a Exchange) -> ToolCall<'a> {
+        ToolCall {
+            call_id: uuid::Uuid::new_v4().to_string(),
+            tool_name,
+            risk,
+            exchange,
+        }
+    }
+
     async fn send(&self, stage: ToolStage) {
         let lifecycle = ToolLifecycle {
             call_id: self.call_id.clone(),
@@ -54,6 +64,18 @@ impl ToolCall<'_> {
     }
 }
 
+/// What a tool name resolves to: its spec (risk, description) and what runs it.
+struct ResolvedTool {
+    spec: ToolSpec,
+    target: ToolTarget,
+}
+
+/// Where a tool runs.
+enum ToolTarget {
+    /// A loaded plugin's `run-tool`.
+    Plugin(Arc<LoadedPlugin>),
+}
+
 impl Runtime {
     /// Run a tool for a plugin call: lifecycle events, approval by risk, then
     /// the tool plugin's `run-tool` (in a fresh instance, or a warm one if its
@@ -72,29 +94,9 @@ impl Runtime {
         if caller.tool_depth >= host.config.max_tool_depth {
             return Err(ToolError::TooDeep(host.config.max_tool_depth));
         }
-        let registry = self.registry();
-        let Some(plugin) = registry.tool(name).cloned() else {
-            return Err(ToolError::Unknown(name.to_string()));
-        };
-        let Some(spec) = plugin.manifest.tools.iter().find(|t| t.name == name).cloned() else {
-            return Err(ToolError::Unknown(name.to_string()));
-        };
-        let call = ToolCall {
-            call_id: uuid::Uuid::new_v4().to_string(),
-            tool_name: name,
-            risk: spec.risk,
-            exchange: caller,
-        };
-        let threshold = Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High);
-        let approver = if spec.risk >= threshold {
-            let Some(approver) = caller.approver.clone() else {
-                call.failed(ToolStage::NO_APPROVER).await;
-                return Err(ToolError::NoApprover(name.to_string()));
-            };
-            Some(approver)
-        } else {
-            None
-        };
+        let tool = self.resolve_tool(name)?;
+        let call = ToolCall::new(name, tool.spec.risk, caller);
+        let approver = self.approver_for(&call).await?;
         let place = host.park_place();
         if approver.is_some() && place.is_none() {
             call.failed("too many calls wait for an approval").await;
@@ -103,53 +105,115 @@ impl Runtime {
                 limit: host.max_parked,
             });
         }
-        let work = async {
-            if let Some(approver) = approver {
-                let request = ApprovalRequest {
-                    call_id: call.call_id.clone(),
-                    tool_name: name.to_string(),
-                    arguments: arguments.clone(),
-                    risk: spec.risk,
-                    description: spec.description.clone(),
-                };
-                let timeout = Duration::from_millis(self.inner.tools.approval_timeout_ms);
-                let outcome = tokio::time::timeout(timeout, approver.approve(request))
-                    .await
-                    .unwrap_or(ApprovalOutcome::TimedOut);
-                match outcome {
-                    ApprovalOutcome::Approved => {}
-                    ApprovalOutcome::Rejected { feedback } => {
-                        call.failed(ToolStage::REJECTED).await;
-                        return Err(ToolError::Rejected {
-                            tool: name.to_string(),
-                            feedback,
-                        });
-                    }
-                    ApprovalOutcome::TimedOut => {
-                        call.failed(ToolStage::APPROVAL_TIMED_OUT).await;
-                        return Err(ToolError::ApprovalTimedOut(name.to_string()));
-                    }
+        let work = self.approve_and_run(&call, &tool, approver, arguments);
+        host.while_parked(slot, place, work).await
+    }
+
+    /// Run a tool a transport's client called directly (MCP's `tools/call`):
+    /// the same lifecycle, approval and metrics as a plugin's call, with the
+    /// `exchange`'s approver asking that client's human. No plugin call waits
+    /// meanwhile, so nothing is parked.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+        exchange: &Exchange,
+    ) -> Result<String, ToolError> {
+        let tool = self.resolve_tool(name)?;
+        let call = ToolCall::new(name, tool.spec.risk, exchange);
+        let approver = self.approver_for(&call).await?;
+        self.approve_and_run(&call, &tool, approver, arguments).await
+    }
+
+    /// Whether a tool of this risk needs a human's yes (`tools.approval_threshold`).
+    pub fn needs_approval(&self, risk: Risk) -> bool {
+        risk >= Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High)
+    }
+
+    fn resolve_tool(&self, name: &str) -> Result<ResolvedTool, ToolError> {
+        let registry = self.registry();
+        let Some(plugin) = registry.tool(name).cloned() else {
+            return Err(ToolError::Unknown(name.to_string()));
+        };
+        let Some(spec) = plugin.manifest.tools.iter().find(|t| t.name == name).cloned() else {
+            return Err(ToolError::Unknown(name.to_string()));
+        };
+        Ok(ResolvedTool {
+            spec,
+            target: ToolTarget::Plugin(plugin),
+        })
+    }
+
+    /// The approver a call needs (`None`: its risk needs none); a call that
+    /// needs one and has none fails here, before anything runs.
+    async fn approver_for(&self, call: &ToolCall<'_>) -> Result<Option<Arc<dyn Approver>>, ToolError> {
+        if !self.needs_approval(call.risk) {
+            return Ok(None);
+        }
+        match call.exchange.approver.clone() {
+            Some(approver) => Ok(Some(approver)),
+            None => {
+                call.failed(ToolStage::NO_APPROVER).await;
+                Err(ToolError::NoApprover(call.tool_name.to_string()))
+            }
+        }
+    }
+
+    async fn approve_and_run(
+        &self,
+        call: &ToolCall<'_>,
+        tool: &ResolvedTool,
+        approver: Option<Arc<dyn Approver>>,
+        arguments: Value,
+    ) -> Result<String, ToolError> {
+        let name = call.tool_name;
+        if let Some(approver) = approver {
+            let request = ApprovalRequest {
+                call_id: call.call_id.clone(),
+                tool_name: name.to_string(),
+                arguments: arguments.clone(),
+                risk: tool.spec.risk,
+                description: tool.spec.description.clone(),
+            };
+            let timeout = Duration::from_millis(self.inner.tools.approval_timeout_ms);
+            let outcome = tokio::time::timeout(timeout, approver.approve(request))
+                .await
+                .unwrap_or(ApprovalOutcome::TimedOut);
+            match outcome {
+                ApprovalOutcome::Approved => {}
+                ApprovalOutcome::Rejected { feedback } => {
+                    call.failed(ToolStage::REJECTED).await;
+                    return Err(ToolError::Rejected {
+                        tool: name.to_string(),
+                        feedback,
+                    });
+                }
+                ApprovalOutcome::TimedOut => {
+                    call.failed(ToolStage::APPROVAL_TIMED_OUT).await;
+                    return Err(ToolError::ApprovalTimedOut(name.to_string()));
                 }
             }
-            call.send(ToolStage::Started {
-                arguments: arguments.clone(),
-            })
-            .await;
-            let result = self
-                .run_tool_instance(&plugin, name, &arguments, caller.nested())
-                .await;
-            let end = match &result {
-                Ok(output) => ToolStage::Completed {
-                    result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
-                },
-                Err(error) => ToolStage::Failed {
-                    error: error.to_string(),
-                },
-            };
-            call.send(end).await;
-            result
+        }
+        call.send(ToolStage::Started {
+            arguments: arguments.clone(),
+        })
+        .await;
+        let result = match &tool.target {
+            ToolTarget::Plugin(plugin) => {
+                self.run_tool_instance(plugin, name, &arguments, call.exchange.nested())
+                    .await
+            }
         };
-        host.while_parked(slot, place, work).await
+        let end = match &result {
+            Ok(output) => ToolStage::Completed {
+                result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
+            },
+            Err(error) => ToolStage::Failed {
+                error: error.to_string(),
+            },
+        };
+        call.send(end).await;
+        result
     }
 
     async fn run_tool_instance(
