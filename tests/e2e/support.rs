@@ -530,6 +530,12 @@ pub fn get_json(url: &str) -> Result<serde_json::Value, String> {
 
 // --- Python peers ---
 
+/// The venv of the reference MCP SDK: the client driving the node's MCP server
+/// and the FastMCP server the node calls as a client (one list, one venv).
+pub fn mcp_python() -> PathBuf {
+    python_venv("mcp", &["mcp==2.3.0"])
+}
+
 /// A virtualenv under `target/venvs/NAME` with `packages` installed, made once.
 /// Interop tests run the real reference peers from it.
 pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {

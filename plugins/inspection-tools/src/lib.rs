@@ -274,7 +274,7 @@ impl Plugin for InspectionTools {
             .tool(
                 "search_regulations",
                 "Searches the bundled food-safety regulations by keyword",
-                r#"{"type":"object","properties":{"query":{"type":"string","minLength":1,"maxLength":500},"limit":{"type":"integer","minimum":1,"maximum":10}},"required":["query"]}"#,
+                r#"{"type":"object","x-read-only":true,"properties":{"query":{"type":"string","minLength":1,"maxLength":500},"limit":{"type":"integer","minimum":1,"maximum":10}},"required":["query"]}"#,
                 Risk::Low,
             )
             .tool(

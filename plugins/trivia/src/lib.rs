@@ -232,7 +232,7 @@ impl Plugin for Trivia {
             .tool(
                 TOOL,
                 "Look a trivia question up in the bundled knowledge table and score its options",
-                r#"{"type":"object","properties":{"question":{"type":"string"},"options":{"type":"array","items":{"type":"string"}}},"required":["question"]}"#,
+                r#"{"type":"object","x-read-only":true,"properties":{"question":{"type":"string"},"options":{"type":"array","items":{"type":"string"}}},"required":["question"]}"#,
                 Risk::Low,
             )
     }

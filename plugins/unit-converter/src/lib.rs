@@ -146,7 +146,7 @@ impl Plugin for UnitConverter {
             .tool(
                 "convert_units",
                 "Convert a quantity between units of one dimension",
-                r#"{"type":"object","properties":{"value":{"type":"number"},"from":{"type":"string"},"to":{"type":"string"}},"required":["value","from","to"]}"#,
+                r#"{"type":"object","x-read-only":true,"properties":{"value":{"type":"number"},"from":{"type":"string"},"to":{"type":"string"}},"required":["value","from","to"]}"#,
                 Risk::Low,
             )
     }
