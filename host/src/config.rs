@@ -464,6 +464,8 @@ pub struct McpConfig {
     pub token: String,
     /// Serve a listener that is not loopback without a token.
     pub allow_anonymous: bool,
+    /// Browser origins allowed to call; a request with any other `Origin` is refused.
+    pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub max_sessions: usize,
     pub max_sessions_per_ip: usize,
@@ -870,6 +872,14 @@ impl Config {
                 ));
             }
         }
+        for origin in &mcp.allowed_origins {
+            if normalise_origin(origin).is_none() {
+                return Err(invalid(
+                    "mcp.allowed_origins",
+                    format!("{origin:?} is not an origin like https://app.example.org"),
+                ));
+            }
+        }
         for (name, server) in &mcp.servers {
             let key = "mcp.servers";
             if name.is_empty() || name.contains('/') || name.contains(char::is_whitespace) {
@@ -905,6 +915,29 @@ mod tests {
 
     fn with(toml: &str) -> Result<Config, ConfigError> {
         Config::from_figment(Figment::from(Toml::string(DEFAULT_TOML)).merge(Toml::string(toml)))
+    }
+
+    #[test]
+    fn mcp_on_an_open_listener_needs_a_token_or_a_deliberate_anonymous() {
+        let refused = with("listen = \"0.0.0.0:8080\"").unwrap_err().to_string();
+        assert!(refused.contains("mcp.token"), "{refused}");
+        with("listen = \"0.0.0.0:8080\"\n[mcp]\ntoken = \"t\"").unwrap();
+        with("listen = \"0.0.0.0:8080\"\n[mcp]\nallow_anonymous = true").unwrap();
+        with("listen = \"0.0.0.0:8080\"\n[mcp]\nenabled = false").unwrap();
+        with("listen = \"0.0.0.0:8080\"\n[mcp]\nlisten = \"127.0.0.1:8081\"").unwrap();
+        let refused = with("[mcp]\nlisten = \"[::]:8081\"").unwrap_err().to_string();
+        assert!(refused.contains("mcp.token"), "{refused}");
+    }
+
+    #[test]
+    fn mcp_servers_name_their_allowed_tools() {
+        let server = |tools: &str| {
+            format!("[mcp.servers.docs]\nurl = \"https://mcp.example.org/mcp\"\ntools = {tools}")
+        };
+        with(&server("[\"search\"]")).unwrap();
+        assert!(with(&server("[]")).is_err());
+        assert!(with("[mcp.servers.docs]\nurl = \"ftp://x\"\ntools = [\"*\"]").is_err());
+        assert!(with("[mcp.servers.\"a/b\"]\nurl = \"https://x\"\ntools = [\"*\"]").is_err());
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum McpError {
     UnknownSession,
     #[error("Unauthorized: this node requires Authorization: Bearer <mcp.token>")]
     Unauthorized,
+    #[error("Forbidden: requests from the browser origin {0:?} are not allowed (mcp.allowed_origins)")]
+    OriginRefused(String),
     #[error("Payload too large: the limit is {0} bytes")]
     TooLarge(usize),
     #[error("Not Acceptable: {0}")]
@@ -51,6 +53,7 @@ impl McpError {
             McpError::InvalidRequest(_)
             | McpError::MissingSession
             | McpError::Unauthorized
+            | McpError::OriginRefused(_)
             | McpError::TooLarge(_)
             | McpError::NotAcceptable(_)
             | McpError::StreamOpen => -32600,
@@ -73,6 +76,7 @@ impl McpError {
             McpError::StreamOpen => StatusCode::CONFLICT,
             McpError::UnknownSession => StatusCode::NOT_FOUND,
             McpError::Unauthorized => StatusCode::UNAUTHORIZED,
+            McpError::OriginRefused(_) => StatusCode::FORBIDDEN,
             McpError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             McpError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             McpError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -312,9 +312,29 @@ fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<std::sync::Arc<Mcp
     shared.session(id)
 }
 
-/// `mcp.token`, when set: a bearer token, compared in constant time.
+/// Who may call: no web page but those of `mcp.allowed_origins` (§"Security
+/// Warning" of the transport: a page the user visits, DNS rebinding included,
+/// must not reach a local server's tools; same-origin is no defence there, as
+/// the rebound page's origin is the `Host` it asks for), and with `mcp.token`
+/// set, only a bearer of it (compared in constant time).
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), McpError> {
-    if super::bearer_authorized(&shared.node.config.mcp.token, headers) {
+    let config = &shared.node.config.mcp;
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = String::from_utf8_lossy(origin.as_bytes())
+            .chars()
+            .take(200)
+            .collect::<String>();
+        let listed = crate::config::normalise_origin(&origin).is_some_and(|origin| {
+            config
+                .allowed_origins
+                .iter()
+                .any(|entry| crate::config::normalise_origin(entry).as_deref() == Some(origin.as_str()))
+        });
+        if !listed {
+            return Err(McpError::OriginRefused(origin));
+        }
+    }
+    if super::bearer_authorized(&config.token, headers) {
         Ok(())
     } else {
         Err(McpError::Unauthorized)
