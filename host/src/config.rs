@@ -848,6 +848,12 @@ pub(crate) fn strip_default_port<'a>(scheme: &str, authority: &'a str) -> &'a st
 
 /// Parse a listen address, naming the key when it is wrong.
 impl Config {
+    /// A section's own body limit, within the listener's `http.max_body_bytes`
+    /// (which applies first, so the smaller one counts).
+    pub fn body_limit(&self, section_limit: usize) -> usize {
+        section_limit.min(self.http.max_body_bytes)
+    }
+
     fn validate_mcp(&self) -> Result<(), ConfigError> {
         let mcp = &self.mcp;
         positive("mcp.max_body_bytes", mcp.max_body_bytes as u64)?;

@@ -84,7 +84,10 @@ impl Manifest {
         self
     }
 
-    /// Offer a tool; `parameters` is its JSON Schema as text.
+    /// Offer a tool; `parameters` is its JSON Schema as text (an object schema:
+    /// the host checks MCP clients' arguments against it before the tool runs).
+    /// A low-risk tool that only reads says so with `"x-read-only": true` at the
+    /// top of that schema; MCP clients then see it as `readOnlyHint`.
     pub fn tool(mut self, name: &str, description: &str, parameters: &str, risk: Risk) -> Self {
         self.inner.tools.push(Tool {
             name: name.to_string(),

@@ -75,10 +75,7 @@ pub fn router(node: NodeState) -> Router {
 
 /// The A2A body limit: `a2a.max_body_bytes`, within the listener's own `http.max_body_bytes`.
 fn body_limit(node: &NodeState) -> usize {
-    node.config
-        .a2a
-        .max_body_bytes
-        .min(node.config.http.max_body_bytes)
+    node.config.body_limit(node.config.a2a.max_body_bytes)
 }
 
 async fn agent_card(State(shared): State<Shared>, headers: HeaderMap) -> Response {

@@ -72,10 +72,7 @@ pub fn router(node: NodeState) -> Router {
 
 /// The MCP body limit: `mcp.max_body_bytes`, within the listener's own `http.max_body_bytes`.
 fn body_limit(node: &NodeState) -> usize {
-    node.config
-        .mcp
-        .max_body_bytes
-        .min(node.config.http.max_body_bytes)
+    node.config.body_limit(node.config.mcp.max_body_bytes)
 }
 
 /// `POST`: one JSON-RPC message from the client.
