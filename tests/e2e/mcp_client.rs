@@ -27,9 +27,13 @@ struct McpServer {
 
 impl McpServer {
     fn start(token: &str) -> McpServer {
+        McpServer::start_with(token, &[])
+    }
+
+    fn start_with(token: &str, flags: &[&str]) -> McpServer {
         let port = support::free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = spawn(port, log.path(), token);
+        let child = spawn(port, log.path(), token, flags);
         McpServer { child, port, log }
     }
 
@@ -37,7 +41,7 @@ impl McpServer {
     fn restart(&mut self, token: &str) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn(self.port, self.log.path(), token);
+        self.child = spawn(self.port, self.log.path(), token, &[]);
     }
 
     fn url(&self) -> String {
@@ -70,12 +74,13 @@ impl McpServer {
     }
 }
 
-fn spawn(port: u16, log: &Path, token: &str) -> Child {
+fn spawn(port: u16, log: &Path, token: &str, flags: &[&str]) -> Child {
     let mut command = Command::new(support::mcp_python());
     command
         .arg("fastmcp_server.py")
         .arg(port.to_string())
         .arg(log)
+        .args(flags)
         .current_dir(support::repo_root().join("tests/interop/mcp"))
         .stdout(Stdio::null());
     if !token.is_empty() {
@@ -147,6 +152,13 @@ fn a_plugin_calls_remote_tools_with_approval_decided_by_their_annotations() {
         Ok("noted on r1".into())
     );
     assert_eq!(server.calls(), ["lookup", "inventory", "annotate"]);
+    // The tools were listed once, across every page (8 tools, 3 a page), and then cached.
+    let pages: Vec<Value> = server
+        .entries()
+        .iter()
+        .filter_map(|e| e.get("list").cloned())
+        .collect();
+    assert_eq!(pages, [json!(0), json!(3), json!(6)]);
 
     // destructiveHint true, and no annotations at all (MCP's default: may destroy): high,
     // so approval is needed; an Agora exchange has no human, and the server never sees the call.
@@ -209,8 +221,10 @@ fn remote_tool_failures_are_named_and_bounded() {
     let silent_port = silent.local_addr().unwrap().port();
     let down_port = support::free_port();
     let elsewhere = McpServer::start("");
+    let plain = McpServer::start_with("", &["--json"]);
     let servers = [
         ("remote", server.url(), TOKEN.to_string()),
+        ("plain", plain.url(), String::new()),
         ("wrongtoken", server.url(), "not-the-token".to_string()),
         ("down", format!("http://127.0.0.1:{down_port}/mcp"), String::new()),
         (
@@ -224,7 +238,7 @@ fn remote_tool_failures_are_named_and_bounded() {
         .iter()
         .map(|(name, url, token)| (*name, url.as_str(), token.as_str()))
         .collect();
-    let allowed = [server.port, down_port, silent_port].map(|port| format!("127.0.0.1:{port}"));
+    let allowed = [server.port, plain.port, down_port, silent_port].map(|port| format!("127.0.0.1:{port}"));
     // Only critical tools need a human here: the destructive tool runs.
     let (node, hash) = node(
         &servers,
@@ -238,6 +252,9 @@ fn remote_tool_failures_are_named_and_bounded() {
 
     assert_eq!(call("remote/purge"), Ok("r9 purged".into()));
     assert_eq!(server.calls(), ["purge"]);
+    // A server answering plain JSON bodies rather than event streams serves the same.
+    assert_eq!(call("plain/purge"), Ok("r9 purged".into()));
+    assert_eq!(plain.calls(), ["purge"]);
 
     let wrong = call("wrongtoken/purge").unwrap_err();
     assert!(

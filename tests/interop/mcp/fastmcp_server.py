@@ -1,7 +1,9 @@
 """An MCP server of the real mcp 2.3.0 SDK (MCPServer, once FastMCP) over
 Streamable HTTP, for the node as an MCP client (tests/e2e/mcp_client.rs).
 
-Usage: fastmcp_server.py PORT CALL_LOG [--token TOKEN]
+Usage: fastmcp_server.py PORT CALL_LOG [--token TOKEN] [--json]
+
+With --json, answers are single application/json bodies instead of event streams.
 
 Tools, by their annotations (text results are unstructured: the SDK would
 otherwise also send a str result as structuredContent {"result": …}):
@@ -14,6 +16,9 @@ otherwise also send a str result as structuredContent {"result": …}):
 - confirm(record)           readOnlyHint          -> asks the client through elicitation and
                                                      says what came of it
 - secret()                  readOnlyHint          -> (not on the node's allow-list in the tests)
+
+tools/list comes in pages of three (nextCursor); each page asked is logged
+({"list": first index}).
 
 Every tools/call that reaches a tool is appended to CALL_LOG as a JSON line
 ({"tool", "arguments"}) before the tool answers, so a test can tell whether
@@ -31,12 +36,13 @@ from pydantic import BaseModel
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import ListToolsResult, ToolAnnotations
 
 parser = argparse.ArgumentParser()
 parser.add_argument("port", type=int)
 parser.add_argument("log")
 parser.add_argument("--token", default="")
+parser.add_argument("--json", action="store_true")
 args = parser.parse_args()
 
 
@@ -49,7 +55,23 @@ def called(tool: str, **arguments) -> None:
     record({"tool": tool, "arguments": arguments})
 
 
-server = MCPServer("fixture-remote")
+PAGE_SIZE = 3
+
+
+class PagedServer(MCPServer):
+    """MCPServer lists every tool at once; this one pages tools/list by three,
+    so a client must follow nextCursor to see them all."""
+
+    async def _handle_list_tools(self, ctx, params):
+        tools = await self.list_tools()
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + PAGE_SIZE
+        next_cursor = str(end) if end < len(tools) else None
+        record({"list": start})
+        return ListToolsResult(tools=tools[start:end], next_cursor=next_cursor)
+
+
+server = PagedServer("fixture-remote")
 READS = ToolAnnotations(read_only_hint=True)
 
 
@@ -141,5 +163,5 @@ def guarded(app, token: str):
     return asgi
 
 
-app = guarded(server.streamable_http_app(streamable_http_path="/mcp"), args.token)
+app = guarded(server.streamable_http_app(streamable_http_path="/mcp", json_response=args.json), args.token)
 uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
