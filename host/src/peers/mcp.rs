@@ -141,7 +141,8 @@ impl McpServers {
                     limits,
                     next_id: AtomicU64::new(1),
                     session: Mutex::new(None),
-                    tools: Mutex::new(None),
+                    tools: parking_lot::RwLock::new(None),
+                    listing: Mutex::new(()),
                 };
                 (name.clone(), Arc::new(remote))
             })
@@ -171,8 +172,10 @@ pub struct RemoteServer {
     next_id: AtomicU64,
     /// Held while initializing, so concurrent calls share one new session.
     session: Mutex<Option<Arc<Session>>>,
+    /// The last listing; read without waiting (see [`RemoteServer::listed_risk`]).
+    tools: parking_lot::RwLock<Option<Arc<ToolCache>>>,
     /// Held while listing, so concurrent lookups share one listing.
-    tools: Mutex<Option<ToolCache>>,
+    listing: Mutex<()>,
 }
 
 struct Session {
@@ -208,24 +211,39 @@ impl RemoteServer {
     /// The listing of `tool`, from the cache while it is fresh; listed again
     /// when stale or when the tool is not in it (the server may have added it).
     pub async fn tool(&self, tool: &str) -> Result<RemoteTool, McpError> {
-        let mut cache = self.tools.lock().await;
-        let cached = cache
-            .as_ref()
-            .filter(|cache| cache.fetched.elapsed() < TOOLS_TTL)
-            .and_then(|cache| cache.tools.get(tool));
-        if let Some(found) = cached {
-            return Ok(found.clone());
+        if let Some(found) = self.freshly_listed(tool) {
+            return Ok(found);
+        }
+        let _listing = self.listing.lock().await;
+        // Another call may have listed the tools while this one waited: one listing serves both.
+        if let Some(found) = self.freshly_listed(tool) {
+            return Ok(found);
         }
         let tools = self.list_tools().await?;
         let found = tools.get(tool).cloned();
-        *cache = Some(ToolCache {
+        *self.tools.write() = Some(Arc::new(ToolCache {
             fetched: Instant::now(),
             tools,
-        });
+        }));
         found.ok_or_else(|| McpError::UnknownTool {
             url: self.url.clone(),
             tool: tool.to_string(),
         })
+    }
+
+    /// `tool` from a listing younger than [`TOOLS_TTL`].
+    fn freshly_listed(&self, tool: &str) -> Option<RemoteTool> {
+        let cache = self.tools.read();
+        let cache = cache
+            .as_ref()
+            .filter(|cache| cache.fetched.elapsed() < TOOLS_TTL)?;
+        cache.tools.get(tool).cloned()
+    }
+
+    /// The risk of `tool` as last listed, without asking the server: what a
+    /// transport checks a tool's lifecycle events against.
+    pub fn listed_risk(&self, tool: &str) -> Option<Risk> {
+        self.tools.read().as_ref()?.tools.get(tool).map(RemoteTool::risk)
     }
 
     /// `tools/call`: the tool's output (`Ok(Err)` is a result the server

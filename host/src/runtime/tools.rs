@@ -136,16 +136,38 @@ impl Runtime {
         self.approve_and_run(&call, &tool, approver, arguments).await
     }
 
+    /// The risk of a tool as the host's tool path decides it, without running
+    /// or listing anything: a loaded plugin's tool by its manifest, a remote
+    /// tool (`<server>/<tool>`) by its server's last listing. `None` for a name
+    /// the host does not know: a transport checking a `tool_call` event's
+    /// origin (HAI) can tell the host's events from a plugin's forgeries.
+    pub fn tool_risk(&self, name: &str) -> Option<Risk> {
+        if let Some((server, tool)) = self.remote_server(name) {
+            return server.listed_risk(tool);
+        }
+        let registry = self.registry();
+        let plugin = registry.tool(name)?;
+        plugin
+            .manifest
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.risk)
+    }
+
+    /// The configured MCP server a `<server>/<tool>` name belongs to, and the tool's name there.
+    fn remote_server<'n>(&self, name: &'n str) -> Option<(Arc<RemoteServer>, &'n str)> {
+        let (server, tool) = name.split_once('/')?;
+        Some((self.inner.mcp_servers.get(server)?.clone(), tool))
+    }
+
     /// Whether a tool of this risk needs a human's yes (`tools.approval_threshold`).
     pub fn needs_approval(&self, risk: Risk) -> bool {
         risk >= Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High)
     }
 
     async fn resolve_tool(&self, name: &str) -> Result<ResolvedTool, ToolError> {
-        let remote = name
-            .split_once('/')
-            .and_then(|(server, tool)| Some((self.inner.mcp_servers.get(server)?.clone(), tool)));
-        if let Some((server, tool)) = remote {
+        if let Some((server, tool)) = self.remote_server(name) {
             return resolve_remote(name, server, tool).await;
         }
         let registry = self.registry();
