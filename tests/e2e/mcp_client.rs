@@ -5,13 +5,15 @@
 //! host from the remote tool's annotations. The caller is the tool-caller
 //! fixture on an Agora route: an exchange with no human, so a tool that needs
 //! approval must fail there without the server ever seeing the call, which
-//! the server's call log shows.
+//! the server's call log shows; and the tool-assistant fixture on HAI, where
+//! the human on the WebSocket approves or rejects the remote tool.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::hai::{Client, of_type, session_id, streamed_text};
 use crate::scripting_tools::{agora_route, call_tool};
 use crate::support::{self, TestNode, has_plugin};
 
@@ -290,4 +292,60 @@ fn remote_tool_failures_are_named_and_bounded() {
     assert!(elsewhere.entries().is_empty(), "{:?}", elsewhere.entries());
     assert_eq!(server.calls(), ["purge"]);
     drop(silent);
+}
+
+#[tokio::test]
+async fn a_human_on_hai_approves_or_rejects_a_remote_tool_before_the_server_sees_it() {
+    let server = McpServer::start(TOKEN);
+    let node = TestNode::builder()
+        .plugin("fixture-tool-assistant")
+        .env(
+            "AGORA_OUTBOUND__ALLOWED_HOSTS",
+            json!([format!("127.0.0.1:{}", server.port)]).to_string(),
+        )
+        .env("AGORA_MCP__SERVERS__REMOTE__URL", server.url())
+        .env("AGORA_MCP__SERVERS__REMOTE__TOOLS", ALLOWED)
+        .env("AGORA_MCP__SERVERS__REMOTE__TOKEN", TOKEN)
+        .start();
+    node.wait_for_health("the tool assistant", |h| has_plugin(h, "fixture-tool-assistant"));
+    let session = session_id("mcp-client");
+    let mut client = Client::connect(&node).await;
+    let ask = |record: &str| json!({"tool": "remote/purge", "arguments": {"record": record}}).to_string();
+
+    client.say(&session, &ask("r5")).await;
+    let frames = client.until(|f| f["type"] == "tool_approval_request").await;
+    let request = frames.last().unwrap();
+    assert_eq!(request["tool_name"], "remote/purge");
+    assert_eq!(request["risk_level"], "high");
+    assert_eq!(request["tool_description"], "Deletes a record");
+    assert_eq!(request["parameters"], json!({"record": "r5"}));
+    assert!(server.calls().is_empty(), "{:?}", server.calls());
+    let approval_id = request["approval_id"].as_str().unwrap().to_string();
+    client.approve(&approval_id, true, None).await;
+    let frames = client.turn().await;
+    // The answer is the remote tool's text. (HAI's `tool_call` frames for it need the
+    // transport to check events against `Runtime::tool_risk`, which knows remote tools.)
+    assert_eq!(streamed_text(&frames), "r5 purged");
+    assert_eq!(server.calls(), ["purge"]);
+
+    client.say(&session, &ask("r6")).await;
+    let frames = client.until(|f| f["type"] == "tool_approval_request").await;
+    let approval_id = frames.last().unwrap()["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    client.approve(&approval_id, false, Some("not that one")).await;
+    let frames = client.turn().await;
+    let text = streamed_text(&frames);
+    assert!(
+        text.starts_with("error: tool remote/purge was rejected: not that one"),
+        "{text}"
+    );
+    assert!(
+        of_type(&frames, "tool_call")
+            .iter()
+            .all(|f| f["status"] != "started"),
+        "{frames:#?}"
+    );
+    assert_eq!(server.calls(), ["purge"]);
 }
