@@ -222,7 +222,12 @@ fn tool_caller_hash(node: &TestNode) -> String {
 }
 
 /// Call `tool` through the host: the tool's text, or the error the host reported.
-fn call_tool(node: &TestNode, hash: &str, tool: &str, arguments: &Value) -> Result<String, String> {
+pub(crate) fn call_tool(
+    node: &TestNode,
+    hash: &str,
+    tool: &str,
+    arguments: &Value,
+) -> Result<String, String> {
     let reply = post_json(
         &node.url("/agora"),
         &json!({"protocolHash": hash, "body": {"tool": tool, "arguments": arguments}}),

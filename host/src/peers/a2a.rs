@@ -15,8 +15,6 @@
 //! Only what the node reads is typed; everything else in a task is kept as
 //! JSON and written back out unchanged.
 
-pub mod sse;
-
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -24,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::http_client::{self, ClientError, StreamingResponse};
-use sse::SseParser;
+use super::sse::{self, SseParser};
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// The protocol version this client speaks (sent as `A2A-Version`) and the node serves.

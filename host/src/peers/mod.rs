@@ -13,6 +13,8 @@
 //! - [`uagents`]: uAgents envelopes to a peer's `/submit`.
 //! - [`almanac`]: registering in and resolving through a uAgents Almanac API.
 //! - [`a2a`]: A2A 1.0 agents over JSON-RPC (`agora-node a2a`).
+//! - [`mcp`]: MCP servers' tools over Streamable HTTP, for plugins' `call-tool`.
+//! - [`sse`]: the server-sent events reader the A2A and MCP clients share.
 //! - [`outbound`]: a plugin's outbound call, checked against `outbound.allowed_hosts`.
 
 pub mod a2a;
@@ -20,6 +22,8 @@ pub mod agora;
 pub mod almanac;
 pub mod envelopes;
 pub mod http_client;
+pub mod mcp;
 pub mod outbound;
+pub mod sse;
 pub mod tls;
 pub mod uagents;

@@ -14,6 +14,8 @@ pub use crate::vocab::InvokeError;
 pub enum ToolError {
     #[error("no tool named {0:?} is loaded")]
     Unknown(String),
+    #[error("tool {tool} is not allowed: {reason}")]
+    NotAllowed { tool: String, reason: String },
     #[error("tool calls nest deeper than {0}")]
     TooDeep(u32),
     #[error("tool {0} needs a human's approval and this exchange has no human to ask")]

@@ -66,6 +66,7 @@ pub use crate::vocab::{Call, FailureKind, Phase, Risk, TransportKind};
 
 use crate::config::{Config, ToolsConfig};
 use crate::metrics::Metrics;
+use crate::peers::mcp::McpServers;
 use crate::store::Store;
 use host_env::HostEnv;
 
@@ -94,6 +95,8 @@ pub struct RuntimeInner {
     /// What the host functions of a running call reach; shared with every instance.
     pub(crate) host: Arc<HostEnv>,
     tools: ToolsConfig,
+    /// The MCP servers plugins may call tools of (`[mcp.servers]`).
+    mcp_servers: McpServers,
     metrics: Metrics,
     _ticker: engine::EpochTicker,
 }
@@ -151,6 +154,7 @@ impl Runtime {
                 load_errors: RwLock::new(BTreeMap::new()),
                 progress: RwLock::default(),
                 tools: config.tools.clone(),
+                mcp_servers: McpServers::from_config(&config),
                 host: Arc::new(HostEnv::new(config, store)),
                 metrics,
                 engine,

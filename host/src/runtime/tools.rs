@@ -2,6 +2,14 @@
 //! plugin's `run-tool` in an exchange of its own ([`Exchange::nested`]), and
 //! the lifecycle the caller's consumer sees as `tool_call` events.
 //!
+//! A name `<server>/<tool>` whose server is in `[mcp.servers]` is a tool of
+//! that MCP server ([`crate::peers::mcp`]), whatever plugin tool has the same
+//! name: the operator named that server explicitly, and a plugin loaded later
+//! must not be able to take its calls. Such a tool must be on the server's
+//! allow-list before the server is asked anything; its risk comes from the
+//! server's annotations of it, and approval follows from that risk exactly as
+//! for a plugin's tool.
+//!
 //! The lifecycle is a [`ToolStage`] value at every step, serialised once when
 //! it is sent: a tool that needs approval and is refused (no approver, no
 //! parking place, rejected, timed out) goes straight to `failed`; otherwise it
@@ -17,6 +25,7 @@ use super::exchange::{ApprovalOutcome, ApprovalRequest, Approver, Exchange, Plug
 use super::instance::{self, CallSlot};
 use super::manifest::ToolSpec;
 use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
+use crate::peers::mcp::{McpError, RemoteServer};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// The identity of one tool call: what every lifecycle event of it carries.
@@ -74,6 +83,8 @@ struct ResolvedTool {
 enum ToolTarget {
     /// A loaded plugin's `run-tool`.
     Plugin(Arc<LoadedPlugin>),
+    /// `tools/call` of a configured MCP server, by the tool's name there.
+    Remote { server: Arc<RemoteServer>, tool: String },
 }
 
 impl Runtime {
@@ -94,7 +105,7 @@ impl Runtime {
         if caller.tool_depth >= host.config.max_tool_depth {
             return Err(ToolError::TooDeep(host.config.max_tool_depth));
         }
-        let tool = self.resolve_tool(name)?;
+        let tool = self.resolve_tool(name).await?;
         let call = ToolCall::new(name, tool.spec.risk, caller);
         let approver = self.approver_for(&call).await?;
         let place = host.park_place();
@@ -119,10 +130,35 @@ impl Runtime {
         arguments: Value,
         exchange: &Exchange,
     ) -> Result<String, ToolError> {
-        let tool = self.resolve_tool(name)?;
+        let tool = self.resolve_tool(name).await?;
         let call = ToolCall::new(name, tool.spec.risk, exchange);
         let approver = self.approver_for(&call).await?;
         self.approve_and_run(&call, &tool, approver, arguments).await
+    }
+
+    /// The risk of a tool as the host's tool path decides it, without running
+    /// or listing anything: a loaded plugin's tool by its manifest, a remote
+    /// tool (`<server>/<tool>`) by its server's last listing. `None` for a name
+    /// the host does not know: a transport checking a `tool_call` event's
+    /// origin (HAI) can tell the host's events from a plugin's forgeries.
+    pub fn tool_risk(&self, name: &str) -> Option<Risk> {
+        if let Some((server, tool)) = self.remote_server(name) {
+            return server.listed_risk(tool);
+        }
+        let registry = self.registry();
+        let plugin = registry.tool(name)?;
+        plugin
+            .manifest
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.risk)
+    }
+
+    /// The configured MCP server a `<server>/<tool>` name belongs to, and the tool's name there.
+    fn remote_server<'n>(&self, name: &'n str) -> Option<(Arc<RemoteServer>, &'n str)> {
+        let (server, tool) = name.split_once('/')?;
+        Some((self.inner.mcp_servers.get(server)?.clone(), tool))
     }
 
     /// Whether a tool of this risk needs a human's yes (`tools.approval_threshold`).
@@ -130,7 +166,10 @@ impl Runtime {
         risk >= Risk::parse(&self.inner.tools.approval_threshold).unwrap_or(Risk::High)
     }
 
-    fn resolve_tool(&self, name: &str) -> Result<ResolvedTool, ToolError> {
+    async fn resolve_tool(&self, name: &str) -> Result<ResolvedTool, ToolError> {
+        if let Some((server, tool)) = self.remote_server(name) {
+            return resolve_remote(name, server, tool).await;
+        }
         let registry = self.registry();
         let Some(plugin) = registry.tool(name).cloned() else {
             return Err(ToolError::Unknown(name.to_string()));
@@ -203,6 +242,7 @@ impl Runtime {
                 self.run_tool_instance(plugin, name, &arguments, call.exchange.nested())
                     .await
             }
+            ToolTarget::Remote { server, tool } => self.run_remote_tool(server, tool, name, arguments).await,
         };
         let end = match &result {
             Ok(output) => ToolStage::Completed {
@@ -231,19 +271,32 @@ impl Runtime {
             Ok(Err(_)) => "failure",
             Err(error) => error.outcome(),
         };
-        let elapsed = started.elapsed();
         self.inner
             .metrics
-            .observe_outcome("tool", &plugin.manifest.name, label, elapsed);
-        let failed = |message: String| ToolError::Failed {
-            tool: name.to_string(),
-            message,
+            .observe_outcome("tool", &plugin.manifest.name, label, started.elapsed());
+        settle(name, outcome)
+    }
+
+    /// `tools/call` of a remote tool, counted in the metrics under `mcp:<server>`.
+    async fn run_remote_tool(
+        &self,
+        server: &RemoteServer,
+        tool: &str,
+        name: &str,
+        arguments: Value,
+    ) -> Result<String, ToolError> {
+        let started = Instant::now();
+        let outcome = server.call(tool, arguments).await;
+        let label = match &outcome {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "failure",
+            Err(error) => error.outcome(),
         };
-        match outcome {
-            Ok(Ok(output)) => Ok(output),
-            Ok(Err(message)) => Err(failed(message)),
-            Err(error) => Err(failed(error.to_string())),
-        }
+        let owner = format!("mcp:{}", server.name());
+        self.inner
+            .metrics
+            .observe_outcome("tool", &owner, label, started.elapsed());
+        settle(name, outcome)
     }
 
     /// One `run-tool` call: the tool's own answer (`Ok(Err)` is an error it reported),
@@ -272,4 +325,56 @@ impl Runtime {
         self.release(plugin, call_instance, clean);
         result
     }
+}
+
+/// A tool's answer as the caller gets it: its output, or its own error or the
+/// fault that stopped it as [`ToolError::Failed`].
+fn settle<E: std::fmt::Display>(
+    name: &str,
+    outcome: Result<Result<String, String>, E>,
+) -> Result<String, ToolError> {
+    let failed = |message: String| ToolError::Failed {
+        tool: name.to_string(),
+        message,
+    };
+    match outcome {
+        Ok(Ok(output)) => Ok(output),
+        Ok(Err(message)) => Err(failed(message)),
+        Err(error) => Err(failed(error.to_string())),
+    }
+}
+
+/// `name` (`<server>/<tool>`) as a tool of `server`: refused unless allow-listed,
+/// then described from the server's listing.
+async fn resolve_remote(
+    name: &str,
+    server: Arc<RemoteServer>,
+    tool: &str,
+) -> Result<ResolvedTool, ToolError> {
+    if !server.allows(tool) {
+        return Err(ToolError::NotAllowed {
+            tool: name.to_string(),
+            reason: format!("mcp.servers.{}.tools does not list {tool:?}", server.name()),
+        });
+    }
+    let listed = server.tool(tool).await.map_err(|error| match error {
+        McpError::UnknownTool { .. } => ToolError::Unknown(name.to_string()),
+        other => ToolError::Failed {
+            tool: name.to_string(),
+            message: other.to_string(),
+        },
+    })?;
+    let spec = ToolSpec {
+        name: name.to_string(),
+        description: listed.description.clone().unwrap_or_default(),
+        parameters: listed.input_schema.clone(),
+        risk: listed.risk(),
+    };
+    Ok(ResolvedTool {
+        spec,
+        target: ToolTarget::Remote {
+            server,
+            tool: tool.to_string(),
+        },
+    })
 }

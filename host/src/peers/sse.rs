@@ -1,9 +1,10 @@
-//! Server-sent events as an A2A client reads them (the W3C event-stream
-//! format, as a2a-sdk's `parse_sse_stream` reads it): `event:` names the
-//! event, `data:` lines join with `\n`, a blank line ends the event, `:` lines
-//! are comments, `id:`/`retry:` are ignored. Bytes arrive in arbitrary pieces;
-//! a line and an event are each bounded, so a peer that never ends one cannot
-//! grow the client's memory.
+//! Server-sent events as the node's clients read them (A2A streams and MCP's
+//! Streamable HTTP answers; the W3C event-stream format, as a2a-sdk's
+//! `parse_sse_stream` reads it): `event:` names the event, `data:` lines join
+//! with `\n`, a blank line ends the event, `:` lines are comments, `id:` and
+//! `retry:` are ignored. Bytes arrive in arbitrary pieces; a line and an event
+//! are each bounded, so a peer that never ends one cannot grow the client's
+//! memory.
 
 /// One complete event.
 #[derive(Debug, Clone, PartialEq, Eq)]
