@@ -323,9 +323,13 @@ async fn a_human_on_hai_approves_or_rejects_a_remote_tool_before_the_server_sees
     let approval_id = request["approval_id"].as_str().unwrap().to_string();
     client.approve(&approval_id, true, None).await;
     let frames = client.turn().await;
-    // The answer is the remote tool's text. (HAI's `tool_call` frames for it need the
-    // transport to check events against `Runtime::tool_risk`, which knows remote tools.)
     assert_eq!(streamed_text(&frames), "r5 purged");
+    // HAI shows the remote tool's lifecycle as it shows a plugin tool's.
+    let completed: Vec<&Value> = of_type(&frames, "tool_call")
+        .into_iter()
+        .filter(|f| f["status"] == "completed" && f["tool_name"] == "remote/purge")
+        .collect();
+    assert_eq!(completed.len(), 1, "{frames:#?}");
     assert_eq!(server.calls(), ["purge"]);
 
     client.say(&session, &ask("r6")).await;

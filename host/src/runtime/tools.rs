@@ -130,7 +130,9 @@ impl Runtime {
         arguments: Value,
         exchange: &Exchange,
     ) -> Result<String, ToolError> {
-        let tool = self.resolve_tool(name).await?;
+        // Plugin tools only: a remote MCP server's tools are the node's to call with
+        // its own credentials for them, not something it passes on to its clients.
+        let tool = self.resolve_plugin_tool(name)?;
         let call = ToolCall::new(name, tool.spec.risk, exchange);
         let approver = self.approver_for(&call).await?;
         self.approve_and_run(&call, &tool, approver, arguments).await
@@ -170,6 +172,10 @@ impl Runtime {
         if let Some((server, tool)) = self.remote_server(name) {
             return resolve_remote(name, server, tool).await;
         }
+        self.resolve_plugin_tool(name)
+    }
+
+    fn resolve_plugin_tool(&self, name: &str) -> Result<ResolvedTool, ToolError> {
         let registry = self.registry();
         let Some(plugin) = registry.tool(name).cloned() else {
             return Err(ToolError::Unknown(name.to_string()));

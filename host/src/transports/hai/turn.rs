@@ -391,11 +391,8 @@ impl Turn<'_> {
     /// it is not; `Some(refusal)` with the approver's refusal of this call, if any.
     fn host_event(&self, event: &ToolLifecycle, status: ToolStatus) -> Option<Option<HaiError>> {
         let tool_name = event.tool_name.as_str();
-        let registry = self.shared.node.runtime.registry();
-        let risk = registry
-            .tool(tool_name)
-            .and_then(|plugin| plugin.manifest.tools.iter().find(|tool| tool.name == tool_name))
-            .map(|tool| tool.risk);
+        // Plugin tools and allow-listed tools of configured MCP servers alike.
+        let risk = self.shared.node.runtime.tool_risk(tool_name);
         let threshold = Risk::parse(&self.shared.node.config.tools.approval_threshold).unwrap_or(Risk::High);
         let seen = self
             .calls
