@@ -107,6 +107,7 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             9 => crate::fleet::row9(settings).await,
             10 => crate::fleet::row10(settings).await,
             11 => crate::a2a::row11(settings).await,
+            12 => crate::mcp::row12(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {
@@ -149,28 +150,28 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
 // ---------------------------------------------------------------- alternation
 
 /// One side of a comparison, summed over its segments.
-struct Side {
-    total: Segment,
+pub(crate) struct Side {
+    pub(crate) total: Segment,
     cpu_seconds: f64,
     round_rates: Vec<f64>,
 }
 
 impl Side {
-    fn new() -> Side {
+    pub(crate) fn new() -> Side {
         Side {
             total: Segment::empty(),
             cpu_seconds: 0.0,
             round_rates: Vec::new(),
         }
     }
-    fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.total.rate()
     }
     /// Successful requests per CPU-second the server process used while measured.
-    fn per_cpu(&self) -> f64 {
+    pub(crate) fn per_cpu(&self) -> f64 {
         self.total.ok as f64 / self.cpu_seconds.max(1e-9)
     }
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "ok": self.total.ok, "failed": self.total.failed,
             "first_failure": self.total.first_failure,
@@ -184,14 +185,14 @@ impl Side {
 
 /// How a segment loads its server.
 #[derive(Clone, Copy)]
-enum Shape {
+pub(crate) enum Shape {
     Closed,
     Rate(f64),
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-async fn segment(
+pub(crate) async fn segment(
     settings: &Settings,
     connections: usize,
     target: &Target,
