@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use crate::Settings;
 use crate::load::{self, Target};
 use crate::procs::{self, NodeSpec};
-use crate::rows::{Row, Shape, Side, fmt_rate, segment, temp_dir};
+use crate::rows::{Row, closed_rounds, fmt_rate, temp_dir, untargeted_status};
 
 const PATH: &str = "/mcp";
 /// A client that takes either answer shape, as the spec asks of MCP clients.
@@ -147,25 +147,7 @@ pub async fn row12(settings: &Settings) -> Result<Row> {
             String::from_utf8_lossy(&reply)
         );
     }
-    let mut side = Side::new();
-    for _ in 0..settings.rounds {
-        segment(
-            settings,
-            settings.connections,
-            &target,
-            &node,
-            Shape::Closed,
-            &mut side,
-        )
-        .await;
-    }
-    let status = if side.total.failed > 0 {
-        "failed".to_string()
-    } else if settings.smoke {
-        "smoke run (not a result)".to_string()
-    } else {
-        "measured".to_string()
-    };
+    let side = closed_rounds(settings, &target, &node).await;
     Ok(Row {
         id: 12,
         measure: "MCP tools/call of a warm Rust tool (convert_units), one session, closed loop".into(),
@@ -178,7 +160,7 @@ pub async fn row12(settings: &Settings) -> Result<Row> {
         comparison: "—".into(),
         ratio: format!("{} req per CPU-second", fmt_rate(side.per_cpu())),
         target: "— (no target; keeps the MCP path in the smoke run)".into(),
-        status,
+        status: untargeted_status(settings, side.total.failed),
         raw: json!({"connections": settings.connections, "node": side.json()}),
     })
 }

@@ -82,6 +82,17 @@ pub(crate) fn verdict(settings: &Settings, met: bool) -> String {
     }
 }
 
+/// The status of a row without a target: failed if any request failed, else measured.
+pub(crate) fn untargeted_status(settings: &Settings, failed: u64) -> String {
+    if failed > 0 {
+        "failed".into()
+    } else if settings.smoke {
+        "smoke run (not a result)".into()
+    } else {
+        "measured".into()
+    }
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
@@ -157,7 +168,7 @@ pub(crate) struct Side {
 }
 
 impl Side {
-    pub(crate) fn new() -> Side {
+    fn new() -> Side {
         Side {
             total: Segment::empty(),
             cpu_seconds: 0.0,
@@ -185,14 +196,14 @@ impl Side {
 
 /// How a segment loads its server.
 #[derive(Clone, Copy)]
-pub(crate) enum Shape {
+enum Shape {
     Closed,
     Rate(f64),
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-pub(crate) async fn segment(
+async fn segment(
     settings: &Settings,
     connections: usize,
     target: &Target,
@@ -223,6 +234,23 @@ pub(crate) async fn segment(
     side.cpu_seconds += server.cpu_seconds() - cpu_before;
     side.round_rates.push(measured.rate());
     side.total.merge(&measured);
+}
+
+/// `settings.rounds` closed-loop segments against one server, with nothing to alternate with.
+pub(crate) async fn closed_rounds(settings: &Settings, target: &Target, server: &Server) -> Side {
+    let mut side = Side::new();
+    for _ in 0..settings.rounds {
+        segment(
+            settings,
+            settings.connections,
+            target,
+            server,
+            Shape::Closed,
+            &mut side,
+        )
+        .await;
+    }
+    side
 }
 
 /// Alternate node and comparison segments, `settings.rounds` times each.
