@@ -114,7 +114,7 @@ impl Node {
         };
         mount("listen", "", crate::health::router(state.clone()))?;
         type Mount = fn(NodeState) -> Router;
-        let transports: [(bool, &'static str, &str, Mount); 6] = [
+        let transports: [(bool, &'static str, &str, Mount); 7] = [
             (
                 config.agora.enabled,
                 "agora.listen",
@@ -150,6 +150,12 @@ impl Node {
                 "a2a.listen",
                 &config.a2a.listen,
                 transports::a2a::router,
+            ),
+            (
+                config.mcp.enabled,
+                "mcp.listen",
+                &config.mcp.listen,
+                transports::mcp::router,
             ),
         ];
         for (enabled, key, listen, router) in transports {

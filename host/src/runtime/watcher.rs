@@ -6,7 +6,7 @@
 //! loop forever.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use notify::event::ModifyKind;
@@ -34,6 +34,7 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
     std::fs::create_dir_all(&dir).map_err(notify::Error::io)?;
     let debounce = Duration::from_millis(runtime.inner.host.config.reload_debounce_ms);
     let (changes, mut changed) = mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
+    let folder = dir.clone();
     let mut debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| match result {
         Ok(events) => {
             let paths: BTreeSet<PathBuf> = events
@@ -41,7 +42,7 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
                 .filter(|event| changes_content(&event.kind))
                 .flat_map(|event| event.paths.iter())
                 .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
-                .cloned()
+                .filter_map(|path| in_folder(&folder, path))
                 .collect();
             if !paths.is_empty() {
                 let _ = changes.send(paths);
@@ -72,6 +73,14 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
 /// open/close): a node loading its plugins, or `agora-node dev` building and scanning
 /// sources, reads every file it watches, and letting those through made each load or
 /// build trigger the next, round and round.
+/// The path the registry knows a reported plugin file by. notify reports
+/// absolute (canonical) paths, while the registry keys each plugin by the
+/// configured folder joined with its file name, which may be relative
+/// (`data/plugins` by default); the watch is not recursive, so the name is enough.
+fn in_folder(folder: &Path, reported: &Path) -> Option<PathBuf> {
+    reported.file_name().map(|name| folder.join(name))
+}
+
 pub(crate) fn changes_content(kind: &EventKind) -> bool {
     match kind {
         EventKind::Create(_) | EventKind::Remove(_) | EventKind::Any => true,
@@ -84,6 +93,19 @@ pub(crate) fn changes_content(kind: &EventKind) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reported_file_is_named_as_the_registry_names_it() {
+        let reported = Path::new("/srv/node/data/plugins/trivia.wasm");
+        assert_eq!(
+            in_folder(Path::new("data/plugins"), reported),
+            Some(PathBuf::from("data/plugins/trivia.wasm"))
+        );
+        assert_eq!(
+            in_folder(Path::new("/srv/node/data/plugins"), reported),
+            Some(reported.to_path_buf())
+        );
+    }
 
     #[test]
     fn reading_a_source_is_not_a_change() {

@@ -8,6 +8,7 @@
 //! - [`arena`]: Agora Arena tasks, health and live events (`agora-arena-aap.*`).
 //! - [`hai`]: human chat over WebSocket and the browser client (`hai-protocol.md`).
 //! - [`a2a`]: Agent2Agent 1.0 over JSON-RPC, answered by the HAI assistant plugin.
+//! - [`mcp`]: the Model Context Protocol: plugin tools for MCP clients, with the host's approvals.
 //!
 //! The clients of these protocols (what the CLI and plugins' outbound calls
 //! use) live below, in [`crate::peers`], so the runtime can call out without
@@ -19,6 +20,7 @@ pub mod arena;
 pub mod chunks;
 pub mod envelopes;
 pub mod hai;
+pub mod mcp;
 pub mod uagents;
 
 /// Whether a `Content-Type` header names JSON (parameters such as charset allowed).
@@ -28,4 +30,22 @@ pub fn is_json_content_type(headers: &axum::http::HeaderMap) -> bool {
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.split(';').next())
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// An operator's bearer token, when one is set (`""`: no token needed);
+/// compared as SHA-256 digests in constant time, so neither its bytes nor its
+/// length leak.
+pub fn bearer_authorized(token: &str, headers: &axum::http::HeaderMap) -> bool {
+    if token.is_empty() {
+        return true;
+    }
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    crate::crypto::constant_time_eq(
+        crate::crypto::sha256_hex(presented.as_bytes()).as_bytes(),
+        crate::crypto::sha256_hex(token.as_bytes()).as_bytes(),
+    )
 }

@@ -93,7 +93,7 @@ async fn rpc(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if !authorized(&shared.node.config.a2a.auth_token, &headers) {
+    if !super::bearer_authorized(&shared.node.config.a2a.auth_token, &headers) {
         let error = A2aError::InvalidRequest(
             "Unauthorized: this node requires Authorization: Bearer <a2a.auth_token>".into(),
         );
@@ -216,23 +216,6 @@ fn reply_error(id: &Value, error: A2aError) -> Response {
 
 fn truncate(text: &str) -> String {
     text.chars().take(MAX_ID_CHARS).collect()
-}
-
-/// The operator's bearer token, when one is set; compared as SHA-256 digests in
-/// constant time, so neither its bytes nor its length leak.
-fn authorized(token: &str, headers: &HeaderMap) -> bool {
-    if token.is_empty() {
-        return true;
-    }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .unwrap_or("");
-    crate::crypto::constant_time_eq(
-        crate::crypto::sha256_hex(presented.as_bytes()).as_bytes(),
-        crate::crypto::sha256_hex(token.as_bytes()).as_bytes(),
-    )
 }
 
 /// `A2A-Version`: 1.x is served, and so is a request without it.

@@ -1,0 +1,346 @@
+//! The Model Context Protocol, revision 2025-11-25 (and the three handshake-era
+//! revisions before it), over Streamable HTTP, as the `mcp` 2.3.0 Python client
+//! speaks it: every plugin tool for any MCP client, with the host's approvals.
+//!
+//! - this module: `POST/GET/DELETE {mcp.path}` (§"Transports" → "Streamable
+//!   HTTP": sending messages, listening for messages, session management),
+//!   `initialize` with version negotiation (§"Lifecycle"), `ping`
+//!   (§"Utilities"), and the `tools/list_changed` notification stream.
+//! - [`tools`]: `tools/list` (§"Pagination"), `tools/call`, and the approval
+//!   asked by `elicitation/create` (§"Elicitation").
+//! - [`wire`]: JSON-RPC messages and the parameters the node reads.
+//! - [`state`]: sessions and their bounds.
+//! - [`error`]: [`McpError`], the one place errors become HTTP statuses and JSON-RPC errors.
+//!
+//! Written on axum rather than with `rmcp`'s server: the node's own bounds
+//! (sessions per address, body limit answered as 413 with a JSON-RPC body,
+//! idle expiry, one stream per session, the token) and the approval form on the
+//! call's own stream sit in the request path, where a framework's session
+//! manager would hide them.
+//!
+//! Choices the issue left open, documented in the README: the stateless
+//! 2026-07-28 era is not served (`server/discover` gets HTTP 400, so clients
+//! fall back to `initialize`); `tools/call` answers on an SSE stream whenever
+//! the client accepts one (other requests answer JSON); a session lives on the
+//! node that made it.
+
+pub mod error;
+mod state;
+mod tools;
+pub mod wire;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use self::error::McpError;
+use self::state::{Mcp, McpSession, Shared};
+use self::wire::{Inbound, PROTOCOL_VERSION_HEADER, PROTOCOL_VERSIONS, SESSION_HEADER};
+use crate::node::state::NodeState;
+
+/// Messages an SSE answer buffers for a slow client before the call waits.
+const STREAM_BUFFER: usize = 16;
+/// A comment on idle streams, so proxies and clients keep them open while a human decides.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+pub fn router(node: NodeState) -> Router {
+    let path = node.config.mcp.path.clone();
+    let limit = body_limit(&node);
+    let shared = Mcp::new(node);
+    shared.sweep_idle();
+    Router::new()
+        .route(
+            &path,
+            post(receive)
+                .get(listen)
+                .delete(end_session)
+                .layer(DefaultBodyLimit::max(limit)),
+        )
+        .with_state(shared)
+}
+
+/// The MCP body limit: `mcp.max_body_bytes`, within the listener's own `http.max_body_bytes`.
+fn body_limit(node: &NodeState) -> usize {
+    node.config
+        .mcp
+        .max_body_bytes
+        .min(node.config.http.max_body_bytes)
+}
+
+/// `POST`: one JSON-RPC message from the client.
+async fn receive(
+    State(shared): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    if let Err(error) = authorize(&shared, &headers) {
+        return error.into_response();
+    }
+    let raw = match raw {
+        Ok(raw) => raw,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return McpError::TooLarge(body_limit(&shared.node)).into_response();
+        }
+        Err(rejection) => {
+            return McpError::InvalidRequest(format!("unreadable body: {rejection}")).into_response();
+        }
+    };
+    let message = match wire::parse(&raw) {
+        Ok(message) => message,
+        Err((id, error)) => return error.into_response_for(&id),
+    };
+    if let Inbound::Request { id, method, params } = &message {
+        if method == "initialize" {
+            return initialize(&shared, peer, id, params);
+        }
+        if method == "server/discover" {
+            // The stateless era is not served; saying so sends the SDK to `initialize`.
+            return McpError::UnservedEra.into_response_for(id);
+        }
+    }
+    let id = match &message {
+        Inbound::Request { id, .. } => id.clone(),
+        _ => Value::Null,
+    };
+    let session = match session_of(&shared, &headers) {
+        Ok(session) => session,
+        Err(error) => return error.into_response_for(&id),
+    };
+    match message {
+        Inbound::Notification { .. } => StatusCode::ACCEPTED.into_response(),
+        Inbound::Response { id, outcome } => {
+            if !session.answer(&id, outcome) {
+                tracing::debug!(session = %session.id, %id, "mcp: an answer to no open request");
+            }
+            StatusCode::ACCEPTED.into_response()
+        }
+        Inbound::Request { id, method, params } => {
+            request(&shared, &session, &headers, id, &method, params).await
+        }
+    }
+}
+
+async fn request(
+    shared: &Shared,
+    session: &std::sync::Arc<McpSession>,
+    headers: &HeaderMap,
+    id: Value,
+    method: &str,
+    params: Value,
+) -> Response {
+    let answer = match method {
+        "ping" => Ok(json!({})),
+        "tools/list" => wire::cursor(&params).map(|cursor| tools::list_page(shared, cursor.as_deref())),
+        "tools/call" => match wire::tool_call_params(&params) {
+            Ok(call) if accepts(headers, "text/event-stream") => {
+                return call_on_stream(shared, session, id, call);
+            }
+            Ok(call) => Ok(tools::call(shared, session, call, None).await),
+            Err(error) => Err(error),
+        },
+        other => Err(McpError::MethodNotFound(other.to_string())),
+    };
+    match answer {
+        Ok(result) => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response(),
+        Err(error) => error.into_response_for(&id),
+    }
+}
+
+/// `tools/call` answered on an SSE stream: any approval form first, then the
+/// response, then the stream ends. A client that goes away stops the call.
+fn call_on_stream(
+    shared: &Shared,
+    session: &std::sync::Arc<McpSession>,
+    id: Value,
+    call: wire::ToolCallParams,
+) -> Response {
+    let (sender, receiver) = mpsc::channel::<Value>(STREAM_BUFFER);
+    let in_use = session.in_use();
+    let work = {
+        let shared = shared.clone();
+        let session = session.clone();
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let result = tools::call(&shared, &session, call, Some(sender.clone())).await;
+            let _ = sender
+                .send(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                .await;
+            drop(in_use);
+        })
+    };
+    drop(sender);
+    stream_of(receiver, work)
+}
+
+/// An SSE response of `receiver`'s messages; `work`, which feeds it, belongs to
+/// the response: a client that goes away stops it.
+fn stream_of(mut receiver: mpsc::Receiver<Value>, work: tokio::task::JoinHandle<()>) -> Response {
+    let abort = AbortOnDrop(work);
+    let events = futures::stream::poll_fn(move |context| {
+        let _owned = &abort;
+        receiver.poll_recv(context).map(|message| {
+            message.map(|message| Ok(Event::default().event("message").data(message.to_string())))
+        })
+    });
+    sse(events)
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Value) -> Response {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = wire::negotiate(requested);
+    let elicitation = wire::accepts_form_elicitation(params);
+    let session = match shared.open(peer.ip(), version, elicitation) {
+        Ok(session) => session,
+        Err(error) => return error.into_response_for(id),
+    };
+    tracing::debug!(session = %session.id, version, elicitation, "mcp: session opened");
+    let config = &shared.node.config.mcp;
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": true}},
+        "serverInfo": {"name": config.name, "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "The tools of this Agora node's plugins. Tools at or above the node's approval \
+                         threshold run only after you approve them in a form the node sends.",
+    });
+    let mut response = axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response();
+    if let Ok(value) = HeaderValue::from_str(&session.id) {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    response
+}
+
+/// `GET`: the session's stream of server notifications (`tools/list_changed`).
+async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(error) = authorize(&shared, &headers) {
+        return error.into_response();
+    }
+    if !accepts(&headers, "text/event-stream") {
+        return McpError::NotAcceptable("the notification stream is text/event-stream".into())
+            .into_response();
+    }
+    let session = match session_of(&shared, &headers) {
+        Ok(session) => session,
+        Err(error) => return error.into_response(),
+    };
+    let Some(listening) = session.listen() else {
+        return McpError::StreamOpen.into_response();
+    };
+    let in_use = session.in_use();
+    let (sender, receiver) = mpsc::channel::<Value>(STREAM_BUFFER);
+    let runtime = shared.node.runtime.clone();
+    let mut changes = runtime.registry_changes();
+    let mut ended = session.ended();
+    let work = tokio::spawn(async move {
+        let _held = (listening, in_use);
+        let mut shown = tools::listing_fingerprint(&runtime.registry());
+        if *ended.borrow_and_update() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = tools::listing_fingerprint(&runtime.registry());
+                    if now != shown {
+                        shown = now;
+                        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+                        if sender.send(note).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                _ = ended.changed() => return,
+                () = sender.closed() => return,
+            }
+        }
+    });
+    stream_of(receiver, work)
+}
+
+/// `DELETE`: the client ends its session.
+async fn end_session(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(error) = authorize(&shared, &headers) {
+        return error.into_response();
+    }
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|value| value.to_str().ok()) else {
+        return McpError::MissingSession.into_response();
+    };
+    match shared.end(id).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The session a request names, and a revision header it may repeat.
+fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<std::sync::Arc<McpSession>, McpError> {
+    let id = headers
+        .get(SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .ok_or(McpError::MissingSession)?;
+    if let Some(version) = headers.get(PROTOCOL_VERSION_HEADER) {
+        let version = version.to_str().unwrap_or_default();
+        if !PROTOCOL_VERSIONS.contains(&version) {
+            return Err(McpError::InvalidRequest(format!(
+                "MCP-Protocol-Version {:?} is not served; this node speaks {}",
+                version.chars().take(32).collect::<String>(),
+                PROTOCOL_VERSIONS.join(", ")
+            )));
+        }
+    }
+    shared.session(id)
+}
+
+/// `mcp.token`, when set: a bearer token, compared in constant time.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), McpError> {
+    if super::bearer_authorized(&shared.node.config.mcp.token, headers) {
+        Ok(())
+    } else {
+        Err(McpError::Unauthorized)
+    }
+}
+
+/// Whether the request's `Accept` allows `media` (no header allows anything).
+fn accepts(headers: &HeaderMap, media: &str) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|value| value.to_str().ok()) else {
+        return true;
+    };
+    accept.split(',').any(|item| {
+        let item = item.split(';').next().unwrap_or_default().trim();
+        item.eq_ignore_ascii_case(media)
+            || item == "*/*"
+            || item.eq_ignore_ascii_case("text/*") && media.starts_with("text/")
+    })
+}
+
+fn sse(events: impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+    let mut response = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    // Proxies must not buffer the stream.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}

@@ -1,0 +1,380 @@
+//! The node's plugin tools as MCP tools (§"Server Features" → "Tools"):
+//! their listing with annotations from the manifest's risk, the host's check of
+//! a call's arguments against the tool's schema, and the call itself with the
+//! approval asked of the client's human by `elicitation/create`
+//! (§"Client Features" → "Elicitation").
+//!
+//! The approval is the host's, not the plugin's: a tool at or above
+//! `tools.approval_threshold` runs only after the client answers the form with
+//! `approve: true` ([`crate::runtime::Runtime::call_tool`] enforces it). The form
+//! goes on the `tools/call` request's own SSE stream, so it reaches the client
+//! that asked, while the call waits; a client that did not declare form
+//! elicitation gets an error result and the tool does not run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::state::{McpSession, Shared};
+use super::wire::{ElicitAnswer, ToolCallParams, elicit_answer};
+use crate::runtime::manifest::ToolSpec;
+use crate::runtime::{
+    ApprovalOutcome, ApprovalRequest, Approver, Exchange, LoadedPlugin, Registry, Risk, ToolError,
+};
+
+/// The manifest's marker of a tool that only reads (`"x-read-only": true` at the
+/// top of its parameters schema): a plugin says so without a new ABI field.
+pub const READ_ONLY_MARKER: &str = "x-read-only";
+/// What an approval form shows of a call's parameters.
+const MAX_FORM_PARAMETERS_CHARS: usize = 4_000;
+/// Argument errors named in one error result.
+const MAX_ARGUMENT_ERRORS: usize = 5;
+/// Compiled schemas kept; beyond it the cache starts over.
+const MAX_VALIDATORS: usize = 1_024;
+
+/// One listed tool, in the order `tools/list` pages through them (by name).
+fn listed_tools(registry: &Registry) -> Vec<(&Arc<LoadedPlugin>, &ToolSpec)> {
+    let mut tools: Vec<_> = registry
+        .plugins()
+        .flat_map(|plugin| plugin.manifest.tools.iter().map(move |spec| (plugin, spec)))
+        .filter(|(_, spec)| spec.parameters.get("type").and_then(Value::as_str) == Some("object"))
+        .collect();
+    tools.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    tools
+}
+
+/// One page of `tools/list`: tools named after `cursor`, and the cursor of the next page.
+pub fn list_page(shared: &Shared, cursor: Option<&str>) -> Value {
+    let runtime = &shared.node.runtime;
+    let registry = runtime.registry();
+    let page_size = shared.node.config.mcp.page_size;
+    let mut rest = listed_tools(&registry)
+        .into_iter()
+        .filter(|(_, spec)| cursor.is_none_or(|after| spec.name.as_str() > after))
+        .peekable();
+    let mut tools = Vec::new();
+    let mut last = None;
+    while tools.len() < page_size {
+        let Some((plugin, spec)) = rest.next() else { break };
+        tools.push(describe(plugin, spec, runtime.needs_approval(spec.risk)));
+        last = Some(spec.name.clone());
+    }
+    let mut page = json!({"tools": tools});
+    if rest.peek().is_some()
+        && let Some(last) = last
+    {
+        page["nextCursor"] = json!(last);
+    }
+    page
+}
+
+/// A hash of what `tools/list` shows, to tell whether a hot reload changed it.
+pub fn listing_fingerprint(registry: &Registry) -> String {
+    let listing: Vec<Value> = listed_tools(registry)
+        .into_iter()
+        .map(|(plugin, spec)| describe(plugin, spec, false))
+        .collect();
+    crate::crypto::sha256_hex(Value::Array(listing).to_string().as_bytes())
+}
+
+fn describe(plugin: &LoadedPlugin, spec: &ToolSpec, needs_approval: bool) -> Value {
+    let read_only =
+        spec.risk == Risk::Low && spec.parameters.get(READ_ONLY_MARKER) == Some(&Value::Bool(true));
+    let mut input_schema = spec.parameters.clone();
+    if let Some(schema) = input_schema.as_object_mut() {
+        schema.remove(READ_ONLY_MARKER);
+    }
+    let annotations = if read_only {
+        json!({"title": spec.name, "readOnlyHint": true})
+    } else {
+        json!({"title": spec.name, "readOnlyHint": false, "destructiveHint": spec.risk >= Risk::High})
+    };
+    json!({
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": input_schema,
+        "annotations": annotations,
+        "_meta": {
+            "agora-node/plugin": plugin.manifest.name,
+            "agora-node/risk": spec.risk.as_str(),
+            "agora-node/requiresApproval": needs_approval,
+        },
+    })
+}
+
+/// Compiled argument schemas, by plugin file content and tool name.
+#[derive(Default)]
+pub struct Validators(Mutex<HashMap<(String, String), Arc<jsonschema::Validator>>>);
+
+impl Validators {
+    /// The reasons `arguments` do not fit `spec`'s schema (empty: they fit).
+    fn check(&self, plugin: &LoadedPlugin, spec: &ToolSpec, arguments: &Value) -> Vec<String> {
+        let key = (plugin.content_hash.clone(), spec.name.clone());
+        let cached = self.0.lock().get(&key).cloned();
+        let validator = match cached {
+            Some(validator) => validator,
+            None => {
+                let mut schema = spec.parameters.clone();
+                if let Some(schema) = schema.as_object_mut() {
+                    schema.remove(READ_ONLY_MARKER);
+                }
+                match jsonschema::validator_for(&schema) {
+                    Ok(validator) => {
+                        let validator = Arc::new(validator);
+                        let mut cache = self.0.lock();
+                        if cache.len() >= MAX_VALIDATORS {
+                            cache.clear();
+                        }
+                        cache.insert(key, validator.clone());
+                        validator
+                    }
+                    Err(error) => return vec![format!("the tool's own schema is not usable: {error}")],
+                }
+            }
+        };
+        validator
+            .iter_errors(arguments)
+            .take(MAX_ARGUMENT_ERRORS)
+            .map(|error| {
+                let path = error.instance_path().to_string();
+                let field = if path.is_empty() {
+                    "(arguments)".to_string()
+                } else {
+                    path
+                };
+                format!("{field}: {error}")
+            })
+            .collect()
+    }
+}
+
+/// A `tools/call` result.
+fn result(text: String, structured: Option<Value>, is_error: bool) -> Value {
+    let mut result = json!({"content": [{"type": "text", "text": text}], "isError": is_error});
+    if let Some(structured) = structured {
+        result["structuredContent"] = structured;
+    }
+    result
+}
+
+fn error_result(text: String) -> Value {
+    result(text, None, true)
+}
+
+/// Run one `tools/call`. `stream` is the request's SSE stream, where an approval
+/// form can be sent; `None` when the client takes only JSON.
+pub async fn call(
+    shared: &Shared,
+    session: &Arc<McpSession>,
+    params: ToolCallParams,
+    stream: Option<mpsc::Sender<Value>>,
+) -> Value {
+    let ToolCallParams { name, arguments } = params;
+    let registry = shared.node.runtime.registry();
+    let Some((plugin, spec)) = registry.tool(&name).and_then(|plugin| {
+        plugin
+            .manifest
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|spec| (plugin, spec))
+    }) else {
+        return error_result(format!(
+            "Unknown tool: {name:?} is not a tool of this node (tools/list lists them)"
+        ));
+    };
+    let problems = shared.validators.check(plugin, spec, &arguments);
+    if !problems.is_empty() {
+        return error_result(format!(
+            "Invalid arguments for tool {name}: {}",
+            problems.join("; ")
+        ));
+    }
+    let Some(_slot) = session.call_slot() else {
+        return error_result(format!(
+            "this session already has {} tool calls running, its limit; wait for one to end",
+            shared.node.config.mcp.max_calls_per_session
+        ));
+    };
+    let mut exchange = Exchange::new();
+    let approver = match stream {
+        Some(stream) if session.elicitation => Some(Arc::new(FormApprover {
+            shared: shared.clone(),
+            session: session.clone(),
+            stream,
+        })),
+        _ => None,
+    };
+    if let Some(approver) = &approver {
+        exchange = exchange.with_approver(approver.clone());
+    }
+    let outcome = shared.node.runtime.call_tool(&name, arguments, &exchange).await;
+    let (status, answer) = match outcome {
+        Ok(output) => {
+            let structured = serde_json::from_str::<Value>(&output)
+                .ok()
+                .filter(Value::is_object);
+            ("completed", result(output, structured, false))
+        }
+        Err(ToolError::NoApprover(_)) => (
+            "failed",
+            error_result(format!(
+                "Tool {name} needs human approval (risk {}), and this client cannot be asked: \
+                 it did not declare the elicitation capability{}. The tool did not run.",
+                spec.risk.as_str(),
+                if session.elicitation {
+                    " for this call (it accepts no event stream)"
+                } else {
+                    ""
+                }
+            )),
+        ),
+        Err(error @ ToolError::Failed { .. }) => ("failed", error_result(error.to_string())),
+        Err(error) => ("failed", error_result(format!("{error}. The tool did not run."))),
+    };
+    let text = answer["content"][0]["text"].as_str().unwrap_or_default();
+    let summary: String = text.chars().take(4_000).collect();
+    shared
+        .record(
+            session,
+            "tool",
+            json!({"tool_name": name, "status": status, "result": summary}),
+        )
+        .await;
+    answer
+}
+
+/// Asks the client's human with a form on the call's stream.
+struct FormApprover {
+    shared: Shared,
+    session: Arc<McpSession>,
+    stream: mpsc::Sender<Value>,
+}
+
+#[async_trait::async_trait]
+impl Approver for FormApprover {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
+        let id = format!("approval-{}", request.call_id);
+        let answer = self.session.expect_answer(&id);
+        // The form is withdrawn (a cancellation on the stream) if the call stops waiting for it.
+        let mut pending = PendingForm {
+            id: id.clone(),
+            session: &self.session,
+            stream: &self.stream,
+            answered: false,
+        };
+        let form = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "elicitation/create",
+            "params": approval_form(&request, self.session.protocol_version),
+        });
+        let decision = if self.stream.send(form).await.is_err() {
+            ElicitAnswer::Failed("the client's stream closed".into())
+        } else {
+            match answer.await {
+                Ok(outcome) => elicit_answer(outcome),
+                Err(_) => ElicitAnswer::Failed("the session ended".into()),
+            }
+        };
+        pending.answered = true;
+        let (action, outcome) = match decision {
+            ElicitAnswer::Approved => ("accept", ApprovalOutcome::Approved),
+            ElicitAnswer::Rejected { feedback } => ("accept", ApprovalOutcome::Rejected { feedback }),
+            ElicitAnswer::Declined => (
+                "decline",
+                ApprovalOutcome::Rejected {
+                    feedback: Some("the approval was declined".into()),
+                },
+            ),
+            ElicitAnswer::Cancelled => (
+                "cancel",
+                ApprovalOutcome::Rejected {
+                    feedback: Some("the approval was cancelled".into()),
+                },
+            ),
+            ElicitAnswer::Failed(why) => (
+                "error",
+                ApprovalOutcome::Rejected {
+                    feedback: Some(format!("no approval could be asked: {why}")),
+                },
+            ),
+        };
+        let (approved, feedback) = match &outcome {
+            ApprovalOutcome::Approved => (true, None),
+            ApprovalOutcome::Rejected { feedback } => (false, feedback.clone()),
+            ApprovalOutcome::TimedOut => (false, None),
+        };
+        self.shared
+            .record(
+                &self.session,
+                "approval",
+                json!({"approval_id": id, "tool_name": request.tool_name, "action": action,
+                       "approved": approved, "feedback": feedback}),
+            )
+            .await;
+        outcome
+    }
+}
+
+/// An approval form sent and not answered yet.
+struct PendingForm<'a> {
+    id: String,
+    session: &'a McpSession,
+    stream: &'a mpsc::Sender<Value>,
+    answered: bool,
+}
+
+impl Drop for PendingForm<'_> {
+    fn drop(&mut self) {
+        self.session.forget_answer(&self.id);
+        if !self.answered {
+            // Timed out or the call went away: tell the client the form is moot.
+            let _ = self.stream.try_send(json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": self.id, "reason": "the approval is no longer needed (timed out or the call ended)"},
+            }));
+        }
+    }
+}
+
+/// `elicitation/create`'s parameters: a flat form of primitives, as the
+/// specification restricts `requestedSchema`, with the call in the message.
+fn approval_form(request: &ApprovalRequest, protocol_version: &str) -> Value {
+    let mut parameters = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
+    if parameters.chars().count() > MAX_FORM_PARAMETERS_CHARS {
+        parameters = parameters
+            .chars()
+            .take(MAX_FORM_PARAMETERS_CHARS)
+            .collect::<String>()
+            + " …";
+    }
+    let message = format!(
+        "Approve running the tool {tool} (risk: {risk})?\n{description}\nParameters:\n{parameters}",
+        tool = request.tool_name,
+        risk = request.risk.as_str(),
+        description = request.description,
+    );
+    let mut properties = Map::new();
+    properties.insert(
+        "approve".into(),
+        json!({"type": "boolean", "title": "Approve", "description": format!("Run {} with these parameters", request.tool_name), "default": false}),
+    );
+    properties.insert(
+        "feedback".into(),
+        json!({"type": "string", "title": "Feedback", "description": "Optional: why, or what to change", "maxLength": 2000}),
+    );
+    let mut form = json!({
+        "message": message,
+        "requestedSchema": {"type": "object", "properties": properties, "required": ["approve"]},
+    });
+    // `mode` came with URL elicitation in 2025-11-25; earlier clients know only forms.
+    if protocol_version >= "2025-11-25" {
+        form["mode"] = json!("form");
+    }
+    form
+}
