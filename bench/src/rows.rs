@@ -82,6 +82,17 @@ pub(crate) fn verdict(settings: &Settings, met: bool) -> String {
     }
 }
 
+/// The status of a row without a target: failed if any request failed, else measured.
+pub(crate) fn untargeted_status(settings: &Settings, failed: u64) -> String {
+    if failed > 0 {
+        "failed".into()
+    } else if settings.smoke {
+        "smoke run (not a result)".into()
+    } else {
+        "measured".into()
+    }
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
@@ -107,6 +118,7 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             9 => crate::fleet::row9(settings).await,
             10 => crate::fleet::row10(settings).await,
             11 => crate::a2a::row11(settings).await,
+            12 => crate::mcp::row12(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {
@@ -149,8 +161,8 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
 // ---------------------------------------------------------------- alternation
 
 /// One side of a comparison, summed over its segments.
-struct Side {
-    total: Segment,
+pub(crate) struct Side {
+    pub(crate) total: Segment,
     cpu_seconds: f64,
     round_rates: Vec<f64>,
 }
@@ -163,14 +175,14 @@ impl Side {
             round_rates: Vec::new(),
         }
     }
-    fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.total.rate()
     }
     /// Successful requests per CPU-second the server process used while measured.
-    fn per_cpu(&self) -> f64 {
+    pub(crate) fn per_cpu(&self) -> f64 {
         self.total.ok as f64 / self.cpu_seconds.max(1e-9)
     }
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "ok": self.total.ok, "failed": self.total.failed,
             "first_failure": self.total.first_failure,
@@ -222,6 +234,23 @@ async fn segment(
     side.cpu_seconds += server.cpu_seconds() - cpu_before;
     side.round_rates.push(measured.rate());
     side.total.merge(&measured);
+}
+
+/// `settings.rounds` closed-loop segments against one server, with nothing to alternate with.
+pub(crate) async fn closed_rounds(settings: &Settings, target: &Target, server: &Server) -> Side {
+    let mut side = Side::new();
+    for _ in 0..settings.rounds {
+        segment(
+            settings,
+            settings.connections,
+            target,
+            server,
+            Shape::Closed,
+            &mut side,
+        )
+        .await;
+    }
+    side
 }
 
 /// Alternate node and comparison segments, `settings.rounds` times each.

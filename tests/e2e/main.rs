@@ -20,6 +20,7 @@ mod hostile_edge;
 mod hostile_hai;
 mod hostile_runtime;
 mod hostile_signed;
+mod mcp;
 mod mcp_client;
 mod observability;
 mod open_port;

@@ -1,0 +1,286 @@
+"""Drive agora-node's MCP server with the real mcp 2.3.0 client.
+
+Usage: sdk_client.py SCENARIO MCP_URL [ARGS]
+
+  init                  connect (stock mode "auto": server/discover, then initialize), then leave
+  list                  tools/list page by page until no nextCursor
+  call CALLS_JSON [--elicit MODE] [--feedback TEXT]
+                        tools/call of each [name, arguments] in the JSON list, in turn, in
+                        one session; MODE says how the elicitation callback answers:
+                        accept (approve=true), reject (approve=false + feedback), decline,
+                        cancel, wait (never answers), none (no callback: the SDK then
+                        declares no elicitation capability). Default: none.
+  reload                list, print "ready" once the session's GET stream is open, wait for
+                        notifications/tools/list_changed, list again
+  parallel N            N clients at once, each connecting and calling convert_units
+
+Prints one JSON line of what the SDK observed (protocol version, server info,
+capabilities, tools, results' isError/text/structuredContent, the elicitation
+requests the callback received, session ids, every HTTP exchange as method,
+JSON-RPC method and status, SDK errors with their codes); tests/e2e/mcp.rs
+asserts on it. Nothing is judged here.
+"""
+
+import asyncio
+import json
+import sys
+
+import anyio
+from mcp import Client
+from mcp import types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+# Generous: a liveness bound for a debug node on a loaded 2-core machine, not a speed target.
+TIMEOUT = 60.0
+SESSION_HEADER = "mcp-session-id"
+
+
+def emit(**observed):
+    print(json.dumps(observed), flush=True)
+
+
+def dump(model):
+    return None if model is None else model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def error_of(exc):
+    """An exception as the test sees it: its class, and the JSON-RPC code of an MCPError."""
+    observed = {"error": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, MCPError):
+        observed["code"] = exc.code
+    return observed
+
+
+def result_of(result: types.CallToolResult):
+    return {
+        "isError": result.is_error,
+        "texts": [c.text for c in result.content if getattr(c, "type", None) == "text"],
+        "contentTypes": [getattr(c, "type", None) for c in result.content],
+        "structuredContent": result.structured_content,
+    }
+
+
+class Wire:
+    """The HTTP exchanges of one client, seen through httpx event hooks: what the SDK sent and got."""
+
+    def __init__(self):
+        self.exchanges = []
+        self.get_stream_open = anyio.Event()
+        # The capabilities the client declared in its initialize request, as sent.
+        self.declared = None
+
+    async def on_request(self, request):
+        method = None
+        if request.method == "POST":
+            try:
+                message = json.loads(request.content)
+            except ValueError:
+                message = None
+            if isinstance(message, dict):
+                method = message.get("method")
+                if method == "initialize":
+                    self.declared = message.get("params", {}).get("capabilities")
+        request.extensions["rpc_method"] = method
+
+    async def on_response(self, response):
+        request = response.request
+        self.exchanges.append(
+            {
+                "http": request.method,
+                "rpc": request.extensions.get("rpc_method"),
+                "status": response.status_code,
+                "sentSession": request.headers.get(SESSION_HEADER),
+                "session": response.headers.get(SESSION_HEADER),
+                "contentType": response.headers.get("content-type"),
+            }
+        )
+        if request.method == "GET" and response.status_code == 200:
+            self.get_stream_open.set()
+
+    def session_id(self):
+        """The session id the server gave at initialize."""
+        for exchange in self.exchanges:
+            if exchange["rpc"] == "initialize" and exchange["session"]:
+                return exchange["session"]
+        return None
+
+
+class Elicitations:
+    """An elicitation callback answering as the scenario says, and what it was asked."""
+
+    def __init__(self, mode, feedback):
+        self.mode = mode
+        self.feedback = feedback
+        self.asked = []
+
+    async def __call__(self, context, params):
+        self.asked.append(dump(params))
+        if self.mode == "accept":
+            return types.ElicitResult(action="accept", content={"approve": True})
+        if self.mode == "reject":
+            content = {"approve": False}
+            if self.feedback is not None:
+                content["feedback"] = self.feedback
+            return types.ElicitResult(action="accept", content=content)
+        if self.mode == "decline":
+            return types.ElicitResult(action="decline")
+        if self.mode == "cancel":
+            return types.ElicitResult(action="cancel")
+        # "wait": a human who never answers; the server's approval timeout decides.
+        await anyio.sleep(TIMEOUT * 10)
+        return types.ElicitResult(action="cancel")
+
+
+def client(url, wire, elicitation=None, message_handler=None):
+    http = create_mcp_http_client()
+    http.event_hooks = {"request": [wire.on_request], "response": [wire.on_response]}
+    kwargs = {"read_timeout_seconds": TIMEOUT}
+    if elicitation is not None:
+        kwargs["elicitation_callback"] = elicitation
+    if message_handler is not None:
+        kwargs["message_handler"] = message_handler
+    # The stock transport with an httpx client of the SDK's own making: only the hooks are added.
+    return Client(streamable_http_client(url, http_client=http), **kwargs), http
+
+
+def connection_of(connected: Client):
+    return {
+        "protocolVersion": connected.protocol_version,
+        "serverInfo": dump(connected.server_info),
+        "capabilities": dump(connected.server_capabilities),
+    }
+
+
+async def list_pages(connected: Client):
+    pages = []
+    cursor = None
+    while True:
+        page = await connected.list_tools(cursor=cursor, cache_mode="bypass")
+        pages.append({"tools": [dump(t) for t in page.tools], "nextCursor": page.next_cursor})
+        cursor = page.next_cursor
+        if cursor is None or len(pages) > 50:
+            return pages
+
+
+async def init(url):
+    wire = Wire()
+    mcp, http = client(url, wire)
+    async with http:
+        async with mcp as connected:
+            observed = connection_of(connected)
+        emit(**observed, sessionId=wire.session_id(), exchanges=wire.exchanges)
+
+
+async def list_tools(url):
+    wire = Wire()
+    mcp, http = client(url, wire)
+    async with http:
+        async with mcp as connected:
+            pages = await list_pages(connected)
+        emit(pages=pages, sessionId=wire.session_id(), exchanges=wire.exchanges)
+
+
+async def call(url, calls, mode, feedback):
+    wire = Wire()
+    elicitations = Elicitations(mode, feedback) if mode != "none" else None
+    mcp, http = client(url, wire, elicitation=elicitations)
+    results = []
+    async with http:
+        async with mcp as connected:
+            for name, arguments in calls:
+                try:
+                    results.append(result_of(await connected.call_tool(name, arguments)))
+                except Exception as exc:  # noqa: BLE001 - every SDK error is an observation here
+                    results.append(error_of(exc))
+        emit(
+            results=results,
+            elicitations=elicitations.asked if elicitations else [],
+            declared=wire.declared,
+            sessionId=wire.session_id(),
+            exchanges=wire.exchanges,
+        )
+
+
+async def reload(url):
+    wire = Wire()
+    notifications = []
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, Exception):
+            notifications.append({"exception": repr(message)})
+            return
+        method = getattr(message, "method", None)
+        notifications.append({"method": method})
+        if method == "notifications/tools/list_changed":
+            changed.set()
+
+    mcp, http = client(url, wire, message_handler=on_message)
+    async with http:
+        async with mcp as connected:
+            before = await list_pages(connected)
+            with anyio.move_on_after(TIMEOUT):
+                await wire.get_stream_open.wait()
+            # The test changes the plugins folder only after this line.
+            print("ready", flush=True)
+            with anyio.move_on_after(TIMEOUT):
+                await changed.wait()
+            after = await list_pages(connected)
+        emit(
+            before=before,
+            after=after,
+            notified=changed.is_set(),
+            notifications=notifications,
+            sessionId=wire.session_id(),
+            exchanges=wire.exchanges,
+        )
+
+
+async def parallel(url, count):
+    async def one(index):
+        wire = Wire()
+        mcp, http = client(url, wire)
+        async with http:
+            try:
+                async with mcp as connected:
+                    result = await connected.call_tool(
+                        "convert_units", {"value": index + 1, "from": "km", "to": "m"}
+                    )
+                    return {"sessionId": wire.session_id(), "value": index + 1, "result": result_of(result)}
+            except Exception as exc:  # noqa: BLE001
+                return {"sessionId": wire.session_id(), "value": index + 1, "callError": error_of(exc)}
+
+    results = await asyncio.gather(*(one(i) for i in range(count)))
+    emit(clients=results)
+
+
+async def main(argv):
+    scenario, url, *args = argv
+    options = {}
+    positional = []
+    index = 0
+    while index < len(args):
+        if args[index].startswith("--"):
+            options[args[index][2:]] = args[index + 1]
+            index += 2
+        else:
+            positional.append(args[index])
+            index += 1
+    if scenario == "init":
+        await init(url)
+    elif scenario == "list":
+        await list_tools(url)
+    elif scenario == "call":
+        await call(url, json.loads(positional[0]), options.get("elicit", "none"), options.get("feedback"))
+    elif scenario == "reload":
+        await reload(url)
+    elif scenario == "parallel":
+        await parallel(url, int(positional[0]))
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))
