@@ -9,7 +9,6 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -40,24 +39,15 @@ fn node() -> TestNode {
 
 /// Run one scenario of the SDK client against `node`: what it observed.
 fn sdk(node: &TestNode, scenario: &str, args: &[&str]) -> Value {
-    let script = support::repo_root().join("tests/interop/a2a/sdk_client.py");
-    let output = Command::new(a2a_python())
-        .arg(&script)
-        .arg(scenario)
-        .arg(node.url(""))
-        .args(args)
-        .output()
-        .expect("running the a2a-sdk client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "sdk_client.py {scenario} failed: {}\nstdout: {stdout}\nstderr: {stderr}\nnode log:\n{}",
-        output.status,
-        node.log_text()
-    );
-    let line = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{scenario}: not one JSON line ({e}): {stdout}"))
+    let python = a2a_python();
+    support::run_scenario(
+        &python,
+        "tests/interop/a2a/sdk_client.py",
+        scenario,
+        &node.url(""),
+        args,
+        node,
+    )
 }
 
 /// An SDK exception the script reported: its class and the JSON-RPC code the SDK maps it from.

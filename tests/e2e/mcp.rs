@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 
 use crate::support::{self, HttpReply, NodeBuilder, TestNode, post_with_headers};
 
+/// The reference client's script.
+const SCRIPT: &str = "tests/interop/mcp/sdk_client.py";
 /// The default `mcp.path`.
 const MCP_PATH: &str = "/mcp";
 /// The example tools, sorted by name as tools/list sorts them.
@@ -44,29 +46,10 @@ fn node() -> TestNode {
     builder().start()
 }
 
-fn script() -> std::path::PathBuf {
-    support::repo_root().join("tests/interop/mcp/sdk_client.py")
-}
-
 /// Run one scenario of the SDK client against `node`: what it observed.
 fn sdk(node: &TestNode, scenario: &str, args: &[&str]) -> Value {
-    let output = Command::new(support::mcp_python())
-        .arg(script())
-        .arg(scenario)
-        .arg(node.url(MCP_PATH))
-        .args(args)
-        .output()
-        .expect("running the mcp client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "sdk_client.py {scenario} failed: {}\nstdout: {stdout}\nstderr: {stderr}\nnode log:\n{}",
-        output.status,
-        node.log_text()
-    );
-    let line = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{scenario}: not one JSON line ({e}): {stdout}"))
+    let python = support::mcp_python();
+    support::run_scenario(&python, SCRIPT, scenario, &node.url(MCP_PATH), args, node)
 }
 
 /// The SDK's `tools/call` of each `(name, arguments)` in one session, the
@@ -417,7 +400,7 @@ fn a_client_without_elicitation_is_told_approval_is_needed_and_never_asked() {
 fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
     let node = node();
     let mut child = Command::new(support::mcp_python())
-        .arg(script())
+        .arg(support::repo_root().join(SCRIPT))
         .arg("reload")
         .arg(node.url(MCP_PATH))
         .stdout(Stdio::piped())
@@ -714,6 +697,36 @@ fn with_a_token_only_bearers_of_it_are_served() {
     );
     assert!(reply.header("mcp-session-id").is_some(), "{}", reply.body);
     assert_eq!(answer(&reply)["result"]["serverInfo"]["name"], "agora-node");
+}
+
+#[test]
+fn web_pages_are_refused_unless_their_origin_is_listed() {
+    let node = builder()
+        .env("AGORA_MCP__ALLOWED_ORIGINS", r#"["https://app.example.org"]"#)
+        .start();
+    let host = node
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    // A page of another site, and one rebound to the node's own name and port: same origin
+    // as the Host it asks, which is why same-origin is not a defence here.
+    for origin in ["http://evil.example", &format!("http://{host}"), "null"] {
+        let reply = rpc_post_with(&node, None, &[("origin", origin)], &initialize_request());
+        assert_eq!(reply.status, 403, "{origin}: {}", reply.body);
+        assert_eq!(error_code(&reply), -32600, "{origin}: {}", reply.body);
+        assert!(reply.header("mcp-session-id").is_none(), "{origin}");
+    }
+    let reply = rpc_post_with(
+        &node,
+        None,
+        &[("origin", "https://app.example.org")],
+        &initialize_request(),
+    );
+    assert!(reply.header("mcp-session-id").is_some(), "{}", reply.body);
+    // Programs send no Origin at all.
+    let reply = rpc_post_with(&node, None, &[], &initialize_request());
+    assert!(reply.header("mcp-session-id").is_some(), "{}", reply.body);
 }
 
 #[test]

@@ -530,6 +530,36 @@ pub fn get_json(url: &str) -> Result<serde_json::Value, String> {
 
 // --- Python peers ---
 
+/// Run a reference peer's script (`tests/interop/...`) against `node` with
+/// `python`: `script SCENARIO URL ARGS…`, which prints what it observed as one
+/// JSON line last. A failing script fails the test with its output and the node's log.
+pub fn run_scenario(
+    python: &Path,
+    script: &str,
+    scenario: &str,
+    url: &str,
+    args: &[&str],
+    node: &TestNode,
+) -> serde_json::Value {
+    let output = Command::new(python)
+        .arg(repo_root().join(script))
+        .arg(scenario)
+        .arg(url)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{script} {scenario} failed: {}\nstdout: {stdout}\nstderr: {stderr}\nnode log:\n{}",
+        output.status,
+        node.log_text()
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{scenario}: not one JSON line ({e}): {stdout}"))
+}
+
 /// The venv of the reference MCP SDK: the client driving the node's MCP server
 /// and the FastMCP server the node calls as a client (one list, one venv).
 pub fn mcp_python() -> PathBuf {
