@@ -76,6 +76,18 @@ pub enum HostError {
     /// value that cannot be encoded as JSON.
     #[error("{0}")]
     InvalidData(String),
+    /// A setting could not be read: a secret's environment variable is unset
+    /// or its file unreadable (the node's message names which, never a value).
+    #[error("{0}")]
+    Settings(String),
+    /// The language model was not reached or failed; `kind` says how.
+    #[error("{message}")]
+    Model {
+        /// Not configured, not declared, a limit, a bad request, a failure, a timeout.
+        kind: crate::llm::ErrorKind,
+        /// The node's words.
+        message: String,
+    },
 }
 
 impl From<HostError> for Failure {

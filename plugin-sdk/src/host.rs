@@ -120,6 +120,33 @@ pub fn outbound_a2a<T: Serialize + ?Sized>(url: &str, body: &T) -> Result<String
     raw::outbound_a2a(url, &encode_text(body)?).map_err(HostError::from_outbound)
 }
 
+/// This plugin's setting `key`: `[plugins.NAME.config]` in the node's
+/// configuration, else a secret of `[plugins.NAME.secrets]`; `None` when
+/// neither has it. The node redacts any secret read here from what it prints
+/// of this plugin (log lines, stdout, failure messages).
+pub fn config_get(key: &str) -> Result<Option<String>, HostError> {
+    raw::config_get(key).map_err(HostError::Settings)
+}
+
+/// A tool `call_tool` can reach, as a language model is offered it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct ToolInfo {
+    /// The name `call_tool` takes.
+    pub name: String,
+    /// What it does, in its author's words.
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub parameters: serde_json::Value,
+    /// `low`, `medium`, `high` or `critical`: at or above the node's threshold a human approves each call.
+    pub risk: String,
+}
+
+/// Every tool of the loaded plugins, sorted by name.
+pub fn list_tools() -> Result<Vec<ToolInfo>, HostError> {
+    serde_json::from_str(&raw::list_tools())
+        .map_err(|e| HostError::InvalidData(format!("the tool list is not what it should be: {e}")))
+}
+
 fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, HostError> {
     serde_json::to_vec(value).map_err(|e| HostError::InvalidData(format!("cannot encode as JSON: {e}")))
 }

@@ -1,7 +1,8 @@
 //! The Agora Node plugin SDK.
 //!
-//! A plugin is a WebAssembly component for the `agora:node/plugin` world
-//! (`wit/agora-node.wit`). This crate hides the component plumbing: a plugin
+//! A plugin is a WebAssembly component for the `agent` world of `agora:node`
+//! (`wit/agora-node.wit`: everything of `plugin`, and the optional
+//! capabilities a plugin declares: a language model, schedules). This crate hides the component plumbing: a plugin
 //! author implements [`Plugin`] on a struct and names it once with
 //! [`export_plugin!`]. Everything the host offers (logging, the key-value store,
 //! events, tools, history, outbound calls) is a safe function in [`host`]
@@ -34,7 +35,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
-        world: "plugin",
+        world: "agent",
         pub_export_macro: true,
         export_macro_name: "__export_agora_plugin_world",
         default_bindings_module: "agora_plugin_sdk::bindings",
@@ -42,8 +43,10 @@ pub mod bindings {
     });
 }
 
+mod capabilities;
 mod error;
 pub mod host;
+pub mod llm;
 mod manifest;
 #[cfg(test)]
 mod script_tests;
@@ -53,6 +56,7 @@ pub use bindings::agora::node::types::{
     EnvelopeResource, Failure, FailureKind, InstancePolicy, Message, MessageModel, Phase, Risk, Tool,
     Transport, WarmPool,
 };
+pub use capabilities::Capabilities;
 pub use error::HostError;
 pub use manifest::Manifest;
 pub use serde_json::{self, Value, json};
@@ -79,6 +83,18 @@ pub trait Plugin {
     fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {
         let _ = arguments;
         Err(ToolFailure::unknown_tool(&name))
+    }
+
+    /// What the plugin asks of the node beyond answering messages (a language
+    /// model, schedules); read once with the manifest. None by default.
+    fn capabilities() -> Capabilities {
+        Capabilities::new()
+    }
+
+    /// Run the schedule `name` declared in [`Plugin::capabilities`]. Its
+    /// error is logged and counted by the node.
+    fn tick(name: String) -> Result<(), String> {
+        Err(format!("no schedule named {name:?}"))
     }
 }
 
@@ -135,6 +151,15 @@ impl<P: Plugin> bindings::Guest for Adapter<P> {
     }
 }
 
+impl<P: Plugin> bindings::exports::agora::node::extensions::Guest for Adapter<P> {
+    fn capabilities() -> String {
+        P::capabilities().to_json()
+    }
+    fn tick(name: String) -> Result<(), String> {
+        P::tick(name)
+    }
+}
+
 /// Export a [`Plugin`] implementation as this component's entry points.
 #[macro_export]
 macro_rules! export_plugin {
@@ -148,8 +173,8 @@ macro_rules! export_plugin {
 pub mod prelude {
     pub use crate::host;
     pub use crate::{
-        Failure, FailureKind, HostError, Manifest, Message, Phase, Plugin, Risk, ToolArguments, ToolFailure,
-        Transport, export_plugin, reply,
+        Capabilities, Failure, FailureKind, HostError, Manifest, Message, Phase, Plugin, Risk, ToolArguments,
+        ToolFailure, Transport, export_plugin, llm, reply,
     };
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::{self, Value, json};

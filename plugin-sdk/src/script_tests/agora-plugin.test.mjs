@@ -1,11 +1,11 @@
 // Behaviour of plugin-sdk/bindings/js/agora-plugin.js under Node, with the host
-// import stubbed (host-stub.mjs): run by `cargo test -p agora-plugin-sdk`.
+// and llm imports stubbed (host-stub.mjs): run by `cargo test -p agora-plugin-sdk`.
 import assert from "node:assert/strict";
 import { register } from "node:module";
 
 const stub = new URL("./host-stub.mjs", import.meta.url).href;
 const hooks = `export async function resolve(specifier, context, next) {
-  return specifier === "agora:node/host@0.1.0" ? { url: ${JSON.stringify(stub)}, shortCircuit: true } : next(specifier, context);
+  return ["agora:node/host@0.1.0", "agora:node/llm@0.1.0"].includes(specifier) ? { url: ${JSON.stringify(stub)}, shortCircuit: true } : next(specifier, context);
 }`;
 register(`data:text/javascript,${encodeURIComponent(hooks)}`);
 const sdk = await import(process.env.AGORA_JS_HELPER);
@@ -104,4 +104,101 @@ assert.equal(sdk.dispatchTool("search", '{"query":"q"}', tools), '{"found":"q"}'
 assert.throws(() => sdk.dispatchTool("store", "{}", tools), (e) => e === "values are limited to 10 bytes");
 assert.throws(() => sdk.dispatchTool("search", "{}", tools), (e) => e === "bad arguments: missing field `query`");
 assert.throws(() => sdk.dispatchTool("toString", "{}", tools), (e) => e === 'unknown tool "toString"');
+// Settings: absent is undefined, an unreadable secret is "settings".
+globalThis.host = { configGet: (key) => ({ greeting: "hey" })[key] };
+assert.equal(sdk.configGet("greeting"), "hey");
+assert.equal(sdk.configGet("absent"), undefined);
+globalThis.host = { configGet: refuse("secret gone: the environment variable PLUGIN_SECRET is not set") };
+assert.throws(() => sdk.configGet("gone"), (e) => e instanceof sdk.HostError && e.kind === "settings" && e.message.includes("PLUGIN_SECRET"));
+
+// The tool list, or invalid-data.
+globalThis.host = { listTools: () => '[{"name":"t","description":"d","parameters":{"type":"object"},"risk":"low"}]' };
+assert.deepEqual(sdk.listTools(), [{ name: "t", description: "d", parameters: { type: "object" }, risk: "low" }]);
+for (const text of ["nope", "{}", '[{"name":"t"}]']) {
+  globalThis.host = { listTools: () => text };
+  assert.throws(() => sdk.listTools(), (e) => e.kind === "invalid-data", text);
+}
+
+// A chat request is the WIT record.
+const call = { id: "c1", name: "t", arguments: "{}" };
+const request = new sdk.ChatRequest()
+  .provider("hosted")
+  .system("s")
+  .user("u")
+  .assistantCalls("", [call])
+  .toolResult("c1", "r")
+  .tool("t", "d", { type: "object" })
+  .temperature(0.5)
+  .maxTokens(9);
+assert.deepEqual(request.toWit(), {
+  provider: "hosted",
+  messages: [
+    { role: "system", content: "s", toolCalls: [], toolCallId: undefined },
+    { role: "user", content: "u", toolCalls: [], toolCallId: undefined },
+    { role: "assistant", content: "", toolCalls: [call], toolCallId: undefined },
+    { role: "tool", content: "r", toolCalls: [], toolCallId: "c1" },
+  ],
+  tools: [{ name: "t", description: "d", parameters: '{"type":"object"}' }],
+  temperature: 0.5,
+  maxTokens: 9,
+});
+assert.equal(new sdk.ChatRequest().toWit().provider, undefined);
+
+// An answer streams and completes; errors are "model" errors with the WIT's kind.
+const streamOf = (items) => ({
+  released: false,
+  next() {
+    const item = items.shift();
+    if (item instanceof Error) throw item;
+    return item;
+  },
+  [Symbol.dispose]() {
+    this.released = true;
+  },
+});
+const usage = { inputTokens: 3, outputTokens: 2 };
+const chunks = [
+  { text: "Hel", toolCalls: [], finishReason: undefined, usage: undefined },
+  { text: "lo", toolCalls: [call], finishReason: "tool_calls", usage },
+  undefined,
+];
+let stream = streamOf([...chunks]);
+globalThis.host = { chat: () => stream };
+assert.deepEqual(sdk.complete(new sdk.ChatRequest().user("hi")), { text: "Hello", toolCalls: [call], finishReason: "tool_calls", usage });
+assert.equal(stream.released, true);
+const timedOut = Object.assign(new Error("import failed"), { payload: { kind: "timed-out", message: "no next chunk" } });
+stream = streamOf([chunks[0], timedOut]);
+const texts = [];
+assert.throws(
+  () => {
+    for (const chunk of sdk.chat(new sdk.ChatRequest().user("hi"))) texts.push(chunk.text);
+  },
+  (e) => e instanceof sdk.HostError && e.kind === "model" && e.modelKind === "timed-out" && e.message === "no next chunk",
+);
+assert.deepEqual(texts, ["Hel"]);
+assert.equal(stream.released, true);
+globalThis.host = { chat: refuse({ kind: "not-configured", message: "no language model is configured" }) };
+assert.throws(() => sdk.chat(new sdk.ChatRequest().user("hi")), (e) => e.modelKind === "not-configured" && e.message === "no language model is configured");
+
+// Capabilities and ticks.
+assert.equal(sdk.capabilities({}), "{}");
+assert.equal(
+  sdk.capabilities({ llm: ["default"], schedules: { poll: "30s" } }),
+  '{"llm":["default"],"schedules":[{"name":"poll","every":"30s"}]}',
+);
+assert.equal(
+  sdk.capabilities({ allowedHosts: ["https://api.example.org"] }),
+  '{"allowed_hosts":["https://api.example.org"]}',
+);
+const ran = [];
+const schedules = {
+  poll: () => ran.push("poll"),
+  fail: () => {
+    throw new sdk.HostError("settings", "secret gone");
+  },
+};
+sdk.dispatchTick("poll", schedules);
+assert.deepEqual(ran, ["poll"]);
+assert.throws(() => sdk.dispatchTick("fail", schedules), (e) => e === "secret gone");
+assert.throws(() => sdk.dispatchTick("toString", schedules), (e) => e === 'no schedule named "toString"');
 console.log("agora-plugin.js: ok");

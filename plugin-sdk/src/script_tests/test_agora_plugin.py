@@ -8,7 +8,7 @@ from typing import Optional
 
 import agora_plugin as sdk
 from componentize_py_types import Err
-from wit_world.imports import host, types
+from wit_world.imports import host, llm, types
 
 
 def refuse(message):
@@ -119,6 +119,121 @@ class HostErrors(unittest.TestCase):
             with self.assertRaises(sdk.HostError) as caught:
                 sdk.history()
             self.assertEqual(caught.exception.kind, "invalid-data", text)
+
+
+class AgentCapabilities(unittest.TestCase):
+    def test_settings_absent_or_an_unreadable_secret(self):
+        host.config_get = lambda key: {"greeting": "hey"}.get(key)
+        self.assertEqual(sdk.config_get("greeting"), "hey")
+        self.assertIsNone(sdk.config_get("absent"))
+        host.config_get = refuse("secret gone: the environment variable PLUGIN_SECRET is not set")
+        with self.assertRaises(sdk.HostError) as caught:
+            sdk.config_get("gone")
+        self.assertEqual(caught.exception.kind, "settings")
+        self.assertIn("PLUGIN_SECRET", caught.exception.message)
+
+    def test_the_tool_list_or_invalid_data(self):
+        host.list_tools = lambda: '[{"name":"t","description":"d","parameters":{"type":"object"},"risk":"low"}]'
+        self.assertEqual(sdk.list_tools(), [{"name": "t", "description": "d", "parameters": {"type": "object"}, "risk": "low"}])
+        for text in ("nope", "{}", '[{"name": "t"}]'):
+            host.list_tools = lambda text=text: text
+            with self.assertRaises(sdk.HostError) as caught:
+                sdk.list_tools()
+            self.assertEqual(caught.exception.kind, "invalid-data", text)
+
+    def test_a_chat_request_is_the_wit_record(self):
+        call = llm.ToolCall(id="c1", name="t", arguments="{}")
+        request = (
+            sdk.ChatRequest()
+            .provider("hosted")
+            .system("s")
+            .user("u")
+            .assistant_calls("", [call])
+            .tool_result("c1", "r")
+            .tool("t", "d", {"type": "object"})
+            .temperature(0.5)
+            .max_tokens(9)
+        )
+        wit = request.to_wit()
+        self.assertEqual(wit.provider, "hosted")
+        self.assertEqual([m.role for m in wit.messages], [llm.Role.SYSTEM, llm.Role.USER, llm.Role.ASSISTANT, llm.Role.TOOL])
+        self.assertEqual(wit.messages[2].tool_calls, [call])
+        self.assertEqual(wit.messages[3].tool_call_id, "c1")
+        self.assertEqual(wit.tools, [llm.ToolDefinition(name="t", description="d", parameters='{"type": "object"}')])
+        self.assertEqual((wit.temperature, wit.max_tokens), (0.5, 9))
+        self.assertIsNone(sdk.ChatRequest().to_wit().provider)
+
+    def test_an_answer_streams_and_completes_and_errors_are_model_errors(self):
+        class Stream:
+            def __init__(self, items):
+                self.items, self.released = list(items), False
+
+            def next(self):
+                item = self.items.pop(0)
+                if isinstance(item, llm.LlmError):
+                    raise Err(item)
+                return item
+
+            def __exit__(self, *_):
+                self.released = True
+
+        usage = llm.Usage(input_tokens=3, output_tokens=2)
+        chunks = [
+            llm.Chunk(text="Hel", tool_calls=[], finish_reason=None, usage=None),
+            llm.Chunk(text="lo", tool_calls=[], finish_reason="stop", usage=usage),
+            None,
+        ]
+        stream = Stream(chunks)
+        llm.chat = lambda request: stream
+        answer = sdk.complete(sdk.ChatRequest().user("hi"))
+        self.assertEqual((answer.text, answer.finish_reason, answer.usage), ("Hello", "stop", usage))
+        self.assertTrue(stream.released)
+
+        broken = Stream([chunks[0], llm.LlmError(kind=llm.ErrorKind.TIMED_OUT, message="no next chunk")])
+        llm.chat = lambda request: broken
+        texts = []
+        with self.assertRaises(sdk.HostError) as caught:
+            for chunk in sdk.chat(sdk.ChatRequest().user("hi")):
+                texts.append(chunk.text)
+        self.assertEqual(texts, ["Hel"])
+        self.assertEqual((caught.exception.kind, caught.exception.model_kind), ("model", "timed-out"))
+        self.assertTrue(broken.released)
+
+        def refused(request):
+            raise Err(llm.LlmError(kind=llm.ErrorKind.NOT_CONFIGURED, message="no language model is configured"))
+
+        llm.chat = refused
+        with self.assertRaises(sdk.HostError) as caught:
+            sdk.chat(sdk.ChatRequest().user("hi"))
+        self.assertEqual(caught.exception.model_kind, "not-configured")
+        self.assertEqual(str(caught.exception), "no language model is configured")
+
+    def test_capabilities_and_ticks(self):
+        self.assertEqual(sdk.capabilities(), "{}")
+        self.assertEqual(
+            sdk.capabilities(llm=["default"], schedules={"poll": "30s"}),
+            '{"llm": ["default"], "schedules": [{"name": "poll", "every": "30s"}]}',
+        )
+        self.assertEqual(sdk.capabilities(schedules=[("a", "1s")]), '{"schedules": [{"name": "a", "every": "1s"}]}')
+        self.assertEqual(
+            sdk.capabilities(allowed_hosts=["https://api.example.org"]),
+            '{"allowed_hosts": ["https://api.example.org"]}',
+        )
+        for wrong in [{"llm": "default"}, {"allowed_hosts": "https://api.example.org"}]:
+            with self.assertRaises(TypeError):
+                sdk.capabilities(**wrong)
+        ran = []
+
+        def fail():
+            raise sdk.HostError("settings", "secret gone")
+
+        schedules = {"poll": lambda: ran.append("poll"), "fail": fail}
+        sdk.dispatch_tick("poll", schedules)
+        self.assertEqual(ran, ["poll"])
+        for name, error in [("fail", "secret gone"), ("other", 'no schedule named "other"')]:
+            with self.assertRaises(Err) as caught:
+                sdk.dispatch_tick(name, schedules)
+            self.assertEqual(caught.exception.value, error)
 
 
 class ToolArguments(unittest.TestCase):
