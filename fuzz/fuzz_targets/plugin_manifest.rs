@@ -4,11 +4,16 @@
 //! here is that record: JSON of the shape below when the input is such JSON
 //! (the committed seeds are), otherwise the bytes drive `arbitrary`.
 //!
+//! The same input, as text, is also a plugin's capabilities (the optional
+//! `extensions` export's JSON, `Capabilities::parse`): just as untrusted.
+//!
 //! Invariants: nothing panics; an accepted manifest keeps the bounds it was
-//! checked against and claims one route per thing it declares.
+//! checked against and claims one route per thing it declares; accepted
+//! capabilities schedule nothing more often than once a second.
 #![no_main]
 
 use agora_node::runtime::PluginManifest;
+use agora_node::runtime::capabilities::{Capabilities, MIN_INTERVAL, When};
 use agora_node::runtime::bindings::agora::node::types as wit;
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -115,6 +120,15 @@ impl Manifest {
 }
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok(capabilities) = Capabilities::parse(text)
+    {
+        for schedule in &capabilities.schedules {
+            if let When::Interval(interval) = schedule.when {
+                assert!(interval >= MIN_INTERVAL);
+            }
+        }
+    }
     let raw = match serde_json::from_slice::<Manifest>(data) {
         Ok(raw) => raw,
         Err(_) => match Manifest::arbitrary_take_rest(Unstructured::new(data)) {

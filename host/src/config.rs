@@ -73,6 +73,7 @@ pub struct Config {
     pub hai: HaiConfig,
     pub a2a: A2aConfig,
     pub mcp: McpConfig,
+    pub llm: LlmConfig,
     pub tls: TlsConfig,
 }
 
@@ -116,8 +117,11 @@ pub enum LogFormat {
     Json,
 }
 
+/// `[plugins]`: the runtime's bounds, and each plugin's own settings as
+/// `[plugins.NAME.config]` and `[plugins.NAME.secrets]`. Unknown keys are not
+/// denied by serde here (they are plugin names); [`PluginsConfig::read_settings`]
+/// refuses one that is not a plugin's tables, naming it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PluginsConfig {
     /// Folder of `.wasm` plugins to serve; empty means `{data_dir}/plugins`.
     pub dir: PathBuf,
@@ -161,6 +165,179 @@ pub struct PluginsConfig {
     pub max_log_bytes_per_call: usize,
     /// Plugin source crates `agora-node dev` rebuilds on save.
     pub sources_dir: PathBuf,
+    /// Each plugin's settings, by plugin name (`host.config-get`), read from `raw_settings`.
+    #[serde(skip)]
+    pub settings: BTreeMap<String, PluginSettings>,
+    /// Every `[plugins]` key that is none of the above: a plugin's name and its tables,
+    /// read into `settings` by [`Config::load`] with errors that name the key.
+    #[serde(flatten)]
+    pub raw_settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// One plugin's settings: plain values, and secrets named by where they are read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSettings {
+    /// Values the plugin reads with `config-get`; numbers and booleans as their JSON text.
+    #[serde(default)]
+    pub config: BTreeMap<String, serde_json::Value>,
+    /// Secrets, read when the plugin asks (so a rotated file is seen at once) and
+    /// redacted from whatever the plugin logs.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SecretSource>,
+}
+
+/// Where a secret is read: `{ env = "NAME" }` or `{ file = "/path" }`. The value
+/// itself never appears in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+pub enum SecretSource {
+    Env(String),
+    File(PathBuf),
+}
+
+/// `[llm]`: an OpenAI-compatible chat-completions provider (`/v1/chat/completions`
+/// with SSE streaming and tools), and any named ones in `[llm.providers.NAME]`.
+/// Limits hold per plugin across every provider.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// The provider's API base, e.g. `http://127.0.0.1:8000/v1`; empty: no default model.
+    pub base_url: String,
+    pub model: String,
+    /// The name of the environment variable holding the API key; empty: no key sent.
+    pub api_key_env: String,
+    /// Longest wait for the first byte of an answer, and between two of its chunks.
+    pub idle_timeout_ms: u64,
+    /// Longest one whole answer may take.
+    pub timeout_ms: u64,
+    /// Calls one plugin may start per minute, and tokens (in + out) it may use per day.
+    pub calls_per_minute: u32,
+    pub tokens_per_day: u64,
+    /// Largest request the host sends (the conversation and tools), and the largest
+    /// answer it reads (text and tool calls).
+    pub max_request_bytes: usize,
+    pub max_answer_bytes: usize,
+    /// Answers being streamed at once across the node; more are refused as limited.
+    pub max_concurrent_calls: usize,
+    pub providers: BTreeMap<String, LlmProviderConfig>,
+}
+
+/// A named provider; limits and timeouts are `[llm]`'s.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmProviderConfig {
+    pub base_url: String,
+    pub model: String,
+    #[serde(default)]
+    pub api_key_env: String,
+}
+
+impl LlmConfig {
+    /// The provider a plugin names (`None`: the default), when configured.
+    pub fn provider(&self, name: Option<&str>) -> Option<LlmProviderConfig> {
+        match name {
+            None | Some(DEFAULT_PROVIDER) if !self.base_url.is_empty() => Some(LlmProviderConfig {
+                base_url: self.base_url.clone(),
+                model: self.model.clone(),
+                api_key_env: self.api_key_env.clone(),
+            }),
+            None | Some(DEFAULT_PROVIDER) => None,
+            Some(name) => self.providers.get(name).cloned(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let defaults = std::iter::once((
+            "llm.base_url",
+            "llm.model",
+            "llm.api_key_env",
+            self.provider(None),
+        ));
+        let named = self
+            .providers
+            .values()
+            .map(|p| ("llm.providers", "llm.providers", "llm.providers", Some(p.clone())));
+        for name in self.providers.keys() {
+            if name == DEFAULT_PROVIDER || name.is_empty() || name.len() > 64 {
+                return Err(invalid(
+                    "llm.providers",
+                    format!("{name:?} cannot name a provider (1-64 bytes, not \"{DEFAULT_PROVIDER}\")"),
+                ));
+            }
+        }
+        for (url_key, model_key, key_env_key, provider) in defaults.chain(named) {
+            let Some(provider) = provider else { continue };
+            if !is_http_url(&provider.base_url) {
+                return Err(invalid(
+                    url_key,
+                    format!("{:?} must be an http(s) URL", provider.base_url),
+                ));
+            }
+            if provider.model.is_empty() {
+                return Err(invalid(model_key, "name the model the provider serves"));
+            }
+            if !provider.api_key_env.is_empty() && std::env::var_os(&provider.api_key_env).is_none() {
+                return Err(invalid(
+                    key_env_key,
+                    format!("the environment variable {} is not set", provider.api_key_env),
+                ));
+            }
+        }
+        positive("llm.idle_timeout_ms", self.idle_timeout_ms)?;
+        positive("llm.timeout_ms", self.timeout_ms)?;
+        positive("llm.calls_per_minute", u64::from(self.calls_per_minute))?;
+        positive("llm.tokens_per_day", self.tokens_per_day)?;
+        positive("llm.max_request_bytes", self.max_request_bytes as u64)?;
+        positive("llm.max_answer_bytes", self.max_answer_bytes as u64)?;
+        positive("llm.max_concurrent_calls", self.max_concurrent_calls as u64)
+    }
+}
+
+/// The name a plugin's capabilities give the `[llm]` provider itself.
+pub const DEFAULT_PROVIDER: &str = "default";
+
+impl PluginsConfig {
+    /// Read each plugin's tables; a key that is no bound and no plugin's tables
+    /// (a misspelt bound, say) is refused by its name.
+    fn read_settings(&mut self) -> Result<(), ConfigError> {
+        for (name, value) in &self.raw_settings {
+            if !value.is_object() {
+                return Err(invalid(
+                    "plugins",
+                    format!(
+                        "unknown key `plugins.{name}` (a plugin's settings are the tables \
+                         [plugins.{name}.config] and [plugins.{name}.secrets])"
+                    ),
+                ));
+            }
+            let settings: PluginSettings = serde_json::from_value(value.clone())
+                .map_err(|e| invalid("plugins", format!("`plugins.{name}`: {e}")))?;
+            self.settings.insert(name.clone(), settings);
+        }
+        Ok(())
+    }
+
+    fn validate_settings(&self) -> Result<(), ConfigError> {
+        for (plugin, settings) in &self.settings {
+            for (key, source) in &settings.secrets {
+                let empty = match source {
+                    SecretSource::Env(name) => name.is_empty(),
+                    SecretSource::File(path) => path.as_os_str().is_empty(),
+                };
+                if empty || settings.config.contains_key(key) {
+                    return Err(invalid(
+                        "plugins.NAME.secrets",
+                        format!(
+                            "plugins.{plugin}.secrets.{key} must name an env variable or a file, \
+                             and not also be in plugins.{plugin}.config"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -500,7 +677,7 @@ fn env_layer() -> Env {
 }
 
 /// Values given on the command line; only those set override the layers below.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct CliOverrides {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
@@ -541,6 +718,7 @@ impl Config {
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
         let mut config: Config = figment.extract().map_err(Box::new)?;
+        config.plugins.read_settings()?;
         config.resolve_paths();
         config.validate()?;
         Ok(config)
@@ -593,6 +771,8 @@ impl Config {
         }
         self.arena.validate()?;
         self.tls.validate()?;
+        self.llm.validate()?;
+        self.plugins.validate_settings()?;
         for (address, url) in &self.uagents.peers {
             if !crate::crypto::uagents::looks_like_agent_address(address) {
                 return Err(invalid(

@@ -103,23 +103,29 @@ fn init_logging(format: LogFormat, level: &str) {
     }
 }
 
-fn load_config(args: &ServeArgs) -> Result<Config, String> {
-    let overrides = CliOverrides {
+fn overrides(args: &ServeArgs) -> CliOverrides {
+    CliOverrides {
         listen: args.listen.clone(),
         data_dir: args.data_dir.clone(),
         plugins_dir: args.plugins_dir.clone(),
-    };
-    Config::load(args.config.as_deref(), &overrides).map_err(|e| e.to_string())
+    }
 }
 
 async fn serve(args: ServeArgs, dev: bool) -> Result<(), String> {
-    let config = load_config(&args)?;
+    let config = Config::load(args.config.as_deref(), &overrides(&args)).map_err(|e| e.to_string())?;
     init_logging(config.log_format, &config.log_level);
     let identity = NodeIdentity::load_or_create(&config.identity.key_file).map_err(|e| e.to_string())?;
     tracing::info!(did = %identity.did(), "node identity");
     let sources = config.plugins.sources_dir.clone();
     let plugins_dir = config.plugins.dir.clone();
     let node = agora_node::Node::start(config).await.map_err(|e| e.to_string())?;
+    // Plugin settings follow the file while the node runs; held until it stops.
+    let _config_watch = agora_node::node::config_watch::watch(
+        node.state().runtime.clone(),
+        args.config.clone(),
+        overrides(&args),
+    )
+    .map_err(|e| format!("cannot watch the configuration file: {e}"))?;
     for addr in node.addresses() {
         // One line per listener on stdout, for scripts and tests waiting for readiness.
         println!("agora-node listening on {}://{addr}", node.http_scheme());

@@ -68,6 +68,24 @@ pub struct HttpRouteLabels {
     pub method: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginOutcomeLabels {
+    pub plugin: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub plugin: String,
+    /// `input` (the prompt) or `output` (the answer).
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+}
+
 /// The route label of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
@@ -98,6 +116,14 @@ pub struct Metrics {
     /// HAI frames a fleet's nodes did not pass between them (outbox full,
     /// publish failed, read too slowly); zero on a single node.
     pub fleet_frames_lost: Family<ReasonLabels, Counter>,
+    /// Plugins' language-model calls by outcome, their tokens and their time.
+    pub llm_calls: Family<PluginOutcomeLabels, Counter>,
+    pub llm_tokens: Family<TokenLabels, Counter>,
+    pub llm_duration: Family<PluginLabels, Histogram>,
+    /// Plugins' outgoing HTTP requests (`wasi:http`) by outcome (`ok`, `denied`, `timeout`, `failed`).
+    pub plugin_http: Family<PluginOutcomeLabels, Counter>,
+    /// Plugins' scheduled runs by outcome (`ok`, `failed`, `skipped` while the previous ran).
+    pub schedule_runs: Family<PluginOutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -171,8 +197,45 @@ impl Metrics {
             "HAI frames not passed between the nodes of a fleet, by reason",
             fleet_frames_lost.clone(),
         );
+        let llm_calls = Family::<PluginOutcomeLabels, Counter>::default();
+        let llm_tokens = Family::<TokenLabels, Counter>::default();
+        let llm_duration = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.01, 2.0, 14))
+        });
+        registry.register(
+            "llm_calls",
+            "Language-model calls of plugins by outcome (ok, limited, failed, timed_out, …)",
+            llm_calls.clone(),
+        );
+        registry.register(
+            "llm_tokens",
+            "Language-model tokens of plugins, input (prompt) and output (answer)",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "llm_call_seconds",
+            "Time from a plugin's model call to the end of its answer",
+            llm_duration.clone(),
+        );
+        let plugin_http = Family::<PluginOutcomeLabels, Counter>::default();
+        registry.register(
+            "plugin_http_requests",
+            "Outgoing HTTP requests of plugins by outcome; denied: not in the plugin's or the node's allowed hosts",
+            plugin_http.clone(),
+        );
+        let schedule_runs = Family::<PluginOutcomeLabels, Counter>::default();
+        registry.register(
+            "schedule_runs",
+            "Scheduled runs of plugins (tick) by outcome; skipped: the previous run was still going",
+            schedule_runs.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            llm_calls,
+            llm_tokens,
+            llm_duration,
+            schedule_runs,
+            plugin_http,
             fleet_frames_lost,
             http_requests,
             http_duration,
@@ -218,6 +281,56 @@ impl Metrics {
                 plugin: plugin.into(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Count one language-model call of `plugin` that ended with `outcome`.
+    pub fn observe_llm_call(
+        &self,
+        plugin: &str,
+        outcome: &str,
+        elapsed: Duration,
+        input_tokens: u32,
+        output_tokens: u32,
+    ) {
+        self.llm_calls
+            .get_or_create(&PluginOutcomeLabels {
+                plugin: plugin.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        for (direction, tokens) in [("input", input_tokens), ("output", output_tokens)] {
+            self.llm_tokens
+                .get_or_create(&TokenLabels {
+                    plugin: plugin.into(),
+                    direction,
+                })
+                .inc_by(u64::from(tokens));
+        }
+        self.llm_duration
+            .get_or_create(&PluginLabels {
+                plugin: plugin.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Count one outgoing HTTP request of `plugin` by its outcome.
+    pub fn observe_plugin_http(&self, plugin: &str, outcome: &str) {
+        self.plugin_http
+            .get_or_create(&PluginOutcomeLabels {
+                plugin: plugin.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Count one scheduled run of `plugin` by its outcome.
+    pub fn observe_schedule_run(&self, plugin: &str, outcome: &str) {
+        self.schedule_runs
+            .get_or_create(&PluginOutcomeLabels {
+                plugin: plugin.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     /// Count one HTTP request. `route` is the matched template or [`UNMATCHED_ROUTE`].

@@ -5,6 +5,7 @@
 //! [`crate::listener`]). Shutdown (SIGINT, SIGTERM) stops accepting, lets
 //! in-flight requests finish within `http.shutdown_grace_ms`, then flushes the store.
 
+pub mod config_watch;
 mod observe;
 pub mod state;
 
@@ -88,6 +89,8 @@ impl Node {
         // Compiling can take a minute on a cold cache: the listeners answer
         // meanwhile, `/health` saying "starting" with each plugin's progress.
         tokio::spawn(runtime.load_all());
+        // Plugins' declared schedules, following every load and removal.
+        tokio::spawn(runtime.run_schedules());
         let watcher = watcher::watch(runtime.clone())?;
         let state = NodeState {
             config: config.clone(),

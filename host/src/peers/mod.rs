@@ -14,7 +14,8 @@
 //! - [`almanac`]: registering in and resolving through a uAgents Almanac API.
 //! - [`a2a`]: A2A 1.0 agents over JSON-RPC (`agora-node a2a`).
 //! - [`mcp`]: MCP servers' tools over Streamable HTTP, for plugins' `call-tool`.
-//! - [`sse`]: the server-sent events reader the A2A and MCP clients share.
+//! - [`llm`]: a language model over OpenAI-compatible chat completions, for plugins' `llm`.
+//! - [`sse`]: the server-sent events reader the A2A, MCP and model clients share.
 //! - [`outbound`]: a plugin's outbound call, checked against `outbound.allowed_hosts`.
 
 pub mod a2a;
@@ -22,6 +23,7 @@ pub mod agora;
 pub mod almanac;
 pub mod envelopes;
 pub mod http_client;
+pub mod llm;
 pub mod mcp;
 pub mod outbound;
 pub mod sse;

@@ -12,7 +12,26 @@ wasmtime::component::bindgen!({
     world: "plugin",
     imports: { default: async },
     exports: { default: async },
+    with: { "agora:node/llm.chat-stream": super::llm::LlmStream },
 });
+
+/// The optional `agora:node/extensions` export (world `agent`): looked up per
+/// component at load ([`agent::exports::agora::node::extensions::GuestIndices`]),
+/// so plugins without it load as before. Everything it shares with `plugin`
+/// is the types above.
+pub mod agent {
+    wasmtime::component::bindgen!({
+        path: "../plugin-sdk/wit",
+        world: "agent",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "agora:node/types": super::agora::node::types,
+            "agora:node/host": super::agora::node::host,
+            "agora:node/llm": super::agora::node::llm,
+        },
+    });
+}
 
 pub use agora::node::types::{FailureKind, InstancePolicy, Phase, Risk as WitRisk, Transport};
 

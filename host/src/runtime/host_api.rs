@@ -35,6 +35,7 @@ impl host::Host for PluginState {
         }
         budget.lines += 1;
         budget.bytes += message.len();
+        let message = super::settings::redact(message, &self.secrets_read);
         let plugin = &*self.plugin_name;
         match level {
             Level::Trace => tracing::trace!(target: "plugin", plugin, "{message}"),
@@ -176,6 +177,31 @@ impl host::Host for PluginState {
         let config = self.host.node_config.clone();
         self.parked_outbound(outbound::call_a2a(&config, &url, body))
             .await
+    }
+
+    async fn config_get(&mut self, key: String) -> Result<Option<String>, String> {
+        if &*self.plugin_name == super::loader::LOADING {
+            return Err("settings are not available until the manifest names the plugin".into());
+        }
+        let Some(value) = self.host.settings.get(&self.plugin_name, &key)? else {
+            return Ok(None);
+        };
+        if value.secret && !self.secrets_read.contains(&value.text) {
+            self.secrets_read.push(value.text.clone());
+        }
+        Ok(Some(value.text))
+    }
+
+    /// Every loaded plugin's tools, sorted by name, as the host's tool path knows them.
+    async fn list_tools(&mut self) -> String {
+        let Some(inner) = self.runtime.upgrade() else {
+            return "[]".into();
+        };
+        let registry = super::Runtime { inner }.registry();
+        let mut tools: Vec<&super::manifest::ToolSpec> =
+            registry.plugins().flat_map(|p| p.manifest.tools.iter()).collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        serde_json::to_string(&tools).unwrap_or_else(|_| "[]".into())
     }
 }
 

@@ -14,13 +14,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::InvokeError;
 use super::instance::CallSlot;
+use super::llm::LlmBudget;
+use super::settings::Settings;
 use crate::config::{Config, PluginsConfig};
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 pub(crate) struct HostEnv {
     pub(crate) config: PluginsConfig,
     pub(crate) node_config: Arc<Config>,
     pub(crate) store: Store,
+    /// Each plugin's `[plugins.NAME.*]` settings, swapped when the configuration file changes.
+    pub(crate) settings: Settings,
+    /// The model's limits and each plugin's use of them (`llm`).
+    pub(crate) llm: Arc<LlmBudget>,
     call_slots: Arc<Semaphore>,
     /// Places for parked calls: `plugins.max_parked_calls`, at most half of
     /// `plugins.max_instances` (the rest stay for calls that run).
@@ -29,13 +36,15 @@ pub(crate) struct HostEnv {
 }
 
 impl HostEnv {
-    pub(crate) fn new(node_config: Arc<Config>, store: Store) -> HostEnv {
+    pub(crate) fn new(node_config: Arc<Config>, store: Store, metrics: Metrics) -> HostEnv {
         let config = node_config.plugins.clone();
         let max_parked = config.max_parked_calls.min(config.max_instances as usize / 2);
         HostEnv {
             call_slots: Arc::new(Semaphore::new(config.max_concurrent_calls)),
             parked: Arc::new(Semaphore::new(max_parked)),
             max_parked,
+            settings: Settings::new(config.settings.clone()),
+            llm: Arc::new(LlmBudget::new(node_config.llm.clone(), metrics)),
             config,
             node_config,
             store,

@@ -40,7 +40,11 @@ pub(crate) struct LogBudget {
 /// Store data of one call.
 pub struct PluginState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    /// WASI's resources and the host's own (`llm` answers being read).
+    pub(crate) table: ResourceTable,
+    /// `wasi:http`: its limits, and the hooks that send a plugin's requests the host's way.
+    pub(crate) http_ctx: wasmtime_wasi_http::WasiHttpCtx,
+    pub(crate) http_hooks: super::http::PluginHttp,
     limiter: CallLimiter,
     pub(crate) plugin_name: Arc<str>,
     /// The plugin's key-value namespace (its install's identity); `None` while
@@ -56,6 +60,8 @@ pub struct PluginState {
     pub(crate) runtime: Weak<RuntimeInner>,
     pub(crate) exchange: Exchange,
     pub(crate) events_emitted: u32,
+    /// Secrets this store's calls read (`config-get`), redacted from all they print.
+    pub(crate) secrets_read: Vec<String>,
     ticks_used: u64,
     timed_out: bool,
     stdout: CappedOutput,
@@ -134,6 +140,8 @@ pub(crate) fn new_store(
     let state = PluginState {
         wasi,
         table: ResourceTable::new(),
+        http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
+        http_hooks: super::http::PluginHttp::new(plugin_name.clone(), Arc::downgrade(runtime)),
         limiter: CallLimiter {
             max_memory: (config.max_memory_mb as usize) << 20,
             max_table_elements: super::engine::MAX_TABLE_ELEMENTS,
@@ -147,6 +155,7 @@ pub(crate) fn new_store(
         runtime: Arc::downgrade(runtime),
         exchange,
         events_emitted: 0,
+        secrets_read: Vec::new(),
         ticks_used: 0,
         timed_out: false,
         stdout,
@@ -222,7 +231,8 @@ pub(crate) fn drain_stdio(store: &Store<PluginState>) {
     for (stream, output) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
         let (text, dropped) = output.take();
         if !text.is_empty() {
-            tracing::info!(target: "plugin", plugin = &*state.plugin_name, stream, dropped, "{}", text.trim_end());
+            let text = super::settings::redact(text.trim_end(), &state.secrets_read);
+            tracing::info!(target: "plugin", plugin = &*state.plugin_name, stream, dropped, "{text}");
         }
     }
 }

@@ -67,7 +67,8 @@ impl Runtime {
             Ok(Ok(reply)) => self.check_output(reply),
             Ok(Err(failure)) => Err(InvokeError::Failure {
                 kind: failure.kind.into(),
-                message: failure.message,
+                // A failure's message reaches the client: never with a secret the call read.
+                message: super::settings::redact(&failure.message, &store.data().secrets_read).into_owned(),
             }),
             Err(error) => Err(instance::classify(store, error)),
         };

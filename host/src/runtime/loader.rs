@@ -14,10 +14,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::bindings::{self, PluginPre};
+use super::bindings::agent::exports::agora::node::extensions::GuestIndices as AgentIndices;
+use super::bindings::{self, PluginIndices, PluginPre};
+use super::capabilities::Capabilities;
 use super::exchange::Exchange;
 use super::manifest::{self, PluginManifest};
 use super::{LoadError, LoadedPlugin, Runtime, engine, instance, warm};
+use crate::config::DEFAULT_PROVIDER;
 use crate::metrics::OutcomeLabels;
 use crate::store::{Collection, plugin_key};
 
@@ -248,18 +251,27 @@ impl Runtime {
             return Ok(None);
         }
         let pre = self.compile(file, bytes).await?;
-
-        let raw = self
-            .read_manifest(&pre)
-            .await
-            .map_err(|message| LoadError::Manifest {
-                path: file.into(),
-                message,
-            })?;
-        let manifest = PluginManifest::validate(raw).map_err(|message| LoadError::Manifest {
+        // Absent for plugins built for the world `plugin` alone: they have no capabilities.
+        let agent = AgentIndices::new(pre.instance_pre()).ok();
+        let manifest_error = |message| LoadError::Manifest {
             path: file.into(),
             message,
-        })?;
+        };
+        let (raw, capabilities) = self
+            .read_manifest(&pre, agent.as_ref())
+            .await
+            .map_err(manifest_error)?;
+        let manifest = PluginManifest::validate(raw).map_err(manifest_error)?;
+        let capabilities = match capabilities {
+            Some(text) => Capabilities::parse(&text).map_err(manifest_error)?,
+            None => Capabilities::default(),
+        };
+        for provider in &capabilities.llm {
+            let name = (provider != DEFAULT_PROVIDER).then_some(provider.as_str());
+            if self.inner.host.node_config.llm.provider(name).is_none() {
+                tracing::warn!(plugin = %manifest.name, provider, "the plugin declares a model provider the node does not configure; its chats will be refused");
+            }
+        }
         let warm = match manifest.instance {
             manifest::InstancePolicy::Fresh => None,
             manifest::InstancePolicy::Warm {
@@ -277,7 +289,9 @@ impl Runtime {
             manifest,
             content_hash,
             loaded_at_ms: crate::store::now_ms(),
+            capabilities,
             pre,
+            agent,
             warm,
         });
         {
@@ -337,22 +351,39 @@ impl Runtime {
         }
     }
 
+    /// The plugin's manifest, and its capabilities' JSON text when it has the `extensions` export.
     async fn read_manifest(
         &self,
         pre: &PluginPre<instance::PluginState>,
-    ) -> Result<bindings::Manifest, String> {
+        agent: Option<&AgentIndices>,
+    ) -> Result<(bindings::Manifest, Option<String>), String> {
         // No key-value namespace: a manifest is read before the plugin is
         // known, and must not reach any plugin's data (nor share one).
-        let mut store = instance::new_store(&self.inner, Arc::from("(loading)"), None, Exchange::new());
+        let mut store = instance::new_store(&self.inner, Arc::from(LOADING), None, Exchange::new());
         let result = async {
-            let plugin = pre.instantiate_async(&mut store).await?;
-            plugin.call_manifest(&mut store).await
+            let instance = pre.instance_pre().instantiate_async(&mut store).await?;
+            let plugin = PluginIndices::new(pre.instance_pre())?.load(&mut store, &instance)?;
+            let manifest = plugin.call_manifest(&mut store).await?;
+            // Named now, so its capabilities may follow its settings (a feed's host, say);
+            // still without a key-value namespace.
+            store.data_mut().plugin_name = Arc::from(manifest.name.as_str());
+            let capabilities = match agent {
+                Some(agent) => {
+                    let agent = agent.load(&mut store, &instance)?;
+                    Some(agent.call_capabilities(&mut store).await?)
+                }
+                None => None,
+            };
+            Ok((manifest, capabilities))
         }
         .await;
         instance::drain_stdio(&store);
         result.map_err(|error| instance::classify(&mut store, error).to_string())
     }
 }
+
+/// The name a plugin goes by until its manifest has named it.
+pub(super) const LOADING: &str = "(loading)";
 
 /// Key of the install record of plugin `name` in [`Collection::Meta`]: its file.
 const INSTALL_PREFIX: &str = "plugin-install:";

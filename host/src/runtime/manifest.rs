@@ -75,7 +75,7 @@ pub enum InstancePolicy {
     },
 }
 
-fn check_name(what: &str, name: &str) -> Result<(), String> {
+pub(super) fn check_name(what: &str, name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME
         && name

@@ -31,16 +31,21 @@
 //! plugin version and every idle warm instance with it.
 
 pub mod bindings;
+pub mod capabilities;
 mod engine;
 pub mod error;
 pub mod exchange;
 mod host_api;
 mod host_env;
+mod http;
 mod instance;
 mod invoke;
+mod llm;
 mod loader;
 pub mod manifest;
 mod registry;
+mod schedules;
+mod settings;
 mod stdio;
 mod tools;
 mod warm;
@@ -77,7 +82,11 @@ pub struct LoadedPlugin {
     /// SHA-256 of the `.wasm` file, hex.
     pub content_hash: String,
     pub loaded_at_ms: u64,
+    /// What the plugin asks beyond answering messages (its optional `extensions` export).
+    pub capabilities: capabilities::Capabilities,
     pre: PluginPre<instance::PluginState>,
+    /// Where the `extensions` export's functions are, when the plugin has it.
+    agent: Option<bindings::agent::exports::agora::node::extensions::GuestIndices>,
     /// Reused instances when the manifest asks for `warm`; dropped with this version.
     warm: Option<Arc<warm::WarmPool>>,
 }
@@ -144,6 +153,8 @@ impl Runtime {
         let engine = engine::build_engine(&config.plugins)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        // Outgoing HTTP only (no incoming handler): every request through `http::PluginHttp`.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let ticker = engine::EpochTicker::start(&engine);
         Ok(Runtime {
@@ -155,7 +166,7 @@ impl Runtime {
                 progress: RwLock::default(),
                 tools: config.tools.clone(),
                 mcp_servers: McpServers::from_config(&config),
-                host: Arc::new(HostEnv::new(config, store)),
+                host: Arc::new(HostEnv::new(config, store, metrics.clone())),
                 metrics,
                 engine,
                 _ticker: ticker,
@@ -179,6 +190,20 @@ impl Runtime {
         self.inner
             .registry_changes
             .send_modify(|generation| *generation += 1);
+    }
+
+    /// The configuration the runtime started with.
+    pub fn config_snapshot(&self) -> Config {
+        (*self.inner.host.node_config).clone()
+    }
+
+    /// Swap in every plugin's `[plugins.NAME.*]` settings for the calls that
+    /// start from now on; the names of the plugins whose settings changed.
+    pub fn replace_plugin_settings(
+        &self,
+        settings: BTreeMap<String, crate::config::PluginSettings>,
+    ) -> Vec<String> {
+        self.inner.host.settings.replace(settings)
     }
 
     pub fn plugins_dir(&self) -> &Path {

@@ -1,0 +1,212 @@
+//! What a plugin asks of the host beyond answering messages: the optional
+//! `agora:node/extensions` export's `capabilities` (world `agent` in the WIT).
+//!
+//! It is JSON text rather than a WIT record so that it can grow without
+//! breaking plugins built before a field existed (a record that gains a field
+//! no longer matches the components built against it). Like a manifest it is
+//! untrusted input: bounded, names restricted, every schedule parsed here, and
+//! unknown keys refused, so a plugin built for a newer node is told at load
+//! what this one cannot give it rather than finding out at run time. A plugin
+//! without the export has no capabilities, which is what plugins built for
+//! the world `plugin` alone get.
+
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::http::Destination;
+
+const MAX_ITEMS: usize = 16;
+const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
+/// Schedules run at most this often, so a plugin cannot make the host spin.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Capabilities {
+    /// Model providers the plugin may use: `default` (`[llm]`) or a name of `[llm.providers]`.
+    pub llm: Vec<String>,
+    pub schedules: Vec<Schedule>,
+    /// Where the plugin's outgoing HTTP (`wasi:http`) may go; the operator's
+    /// `outbound.allowed_hosts` must list each too.
+    pub allowed_hosts: Vec<Destination>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    pub name: String,
+    /// As the plugin wrote it (`30s`, `*/5 * * * *`).
+    pub every: String,
+    #[serde(skip)]
+    pub when: When,
+}
+
+/// How a schedule's next run is found.
+#[derive(Debug, Clone)]
+pub enum When {
+    /// A fixed interval from the end of the previous wait.
+    Interval(Duration),
+    /// A cron pattern, in UTC.
+    Cron(Box<croner::Cron>),
+}
+
+impl When {
+    /// How long from now until the next run.
+    pub fn next_in(&self) -> Duration {
+        match self {
+            When::Interval(interval) => *interval,
+            When::Cron(cron) => {
+                let now = chrono::Utc::now();
+                cron.find_next_occurrence(&now, false)
+                    .ok()
+                    .and_then(|next| (next - now).to_std().ok())
+                    .unwrap_or(Duration::from_secs(60))
+                    .max(MIN_INTERVAL)
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapabilities {
+    #[serde(default)]
+    llm: Vec<String>,
+    #[serde(default)]
+    schedules: Vec<RawSchedule>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSchedule {
+    name: String,
+    every: String,
+}
+
+impl Capabilities {
+    /// Validate what a plugin's `capabilities` export returned.
+    pub fn parse(text: &str) -> Result<Capabilities, String> {
+        if text.len() > MAX_CAPABILITIES_BYTES {
+            return Err(format!("capabilities are over {MAX_CAPABILITIES_BYTES} bytes"));
+        }
+        let raw: RawCapabilities =
+            serde_json::from_str(text).map_err(|e| format!("capabilities are not valid: {e}"))?;
+        if raw.llm.len() > MAX_ITEMS || raw.schedules.len() > MAX_ITEMS || raw.allowed_hosts.len() > MAX_ITEMS
+        {
+            return Err(format!(
+                "capabilities list at most {MAX_ITEMS} providers, schedules and allowed hosts"
+            ));
+        }
+        let allowed_hosts = raw
+            .allowed_hosts
+            .iter()
+            .map(|text| parse_destination(text))
+            .collect::<Result<Vec<_>, _>>()?;
+        for provider in &raw.llm {
+            super::manifest::check_name("model provider", provider)?;
+        }
+        let mut schedules: Vec<Schedule> = Vec::new();
+        for raw in raw.schedules {
+            super::manifest::check_name("schedule", &raw.name)?;
+            if schedules.iter().any(|s| s.name == raw.name) {
+                return Err(format!("schedule {:?} is declared twice", raw.name));
+            }
+            let when =
+                parse_every(&raw.every).map_err(|reason| format!("schedule {:?}: {reason}", raw.name))?;
+            schedules.push(Schedule {
+                name: raw.name,
+                every: raw.every,
+                when,
+            });
+        }
+        Ok(Capabilities {
+            llm: raw.llm,
+            schedules,
+            allowed_hosts,
+        })
+    }
+}
+
+/// `https://api.example.org` or `http://127.0.0.1:9000`: a scheme, a host and (else the
+/// scheme's) port, nothing more — no path, no wildcard, so a declaration says exactly
+/// where the plugin's requests go.
+fn parse_destination(text: &str) -> Result<Destination, String> {
+    let refuse = || format!("allowed host {text:?} must be scheme://host[:port], http or https");
+    let url = url::Url::parse(text).map_err(|_| refuse())?;
+    let bare = matches!(url.path(), "" | "/") && url.query().is_none() && url.username().is_empty();
+    if !bare || text.contains('*') {
+        return Err(refuse());
+    }
+    Destination::of_url(&url).ok_or_else(refuse)
+}
+
+/// `30s`, `5m`, `1h 30m` (at least a second), or a cron pattern of five fields (six with seconds).
+fn parse_every(every: &str) -> Result<When, String> {
+    let every = every.trim();
+    if every.split_whitespace().count() >= 5 {
+        return croner::Cron::from_str(every)
+            .map(|cron| When::Cron(Box::new(cron)))
+            .map_err(|e| format!("{every:?} is not a cron pattern: {e}"));
+    }
+    let interval = humantime::parse_duration(every)
+        .map_err(|e| format!("{every:?} is not a duration like \"30s\": {e}"))?;
+    if interval < MIN_INTERVAL {
+        return Err(format!("{every:?} is more often than once a second"));
+    }
+    Ok(When::Interval(interval))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_and_cron_patterns_are_read() {
+        let parsed = Capabilities::parse(
+            r#"{"llm": ["default"], "schedules": [{"name": "poll", "every": "30s"},
+                {"name": "nightly", "every": "0 3 * * *"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(parsed.llm, ["default"]);
+        assert!(matches!(parsed.schedules[0].when, When::Interval(d) if d == Duration::from_secs(30)));
+        let next = parsed.schedules[1].when.next_in();
+        assert!(next <= Duration::from_secs(86_400), "{next:?}");
+    }
+
+    #[test]
+    fn what_the_host_cannot_give_is_refused_at_load() {
+        for bad in [
+            r#"{"llm": ["default"], "gpu": true}"#,
+            r#"{"schedules": [{"name": "fast", "every": "10ms"}]}"#,
+            r#"{"schedules": [{"name": "x", "every": "often"}]}"#,
+            r#"{"schedules": [{"name": "x", "every": "99 * * * *"}]}"#,
+            r#"{"schedules": [{"name": "x", "every": "1s"}, {"name": "x", "every": "2s"}]}"#,
+            r#"{"llm": ["Not A Name"]}"#,
+            "not json",
+        ] {
+            assert!(Capabilities::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Capabilities::parse("{}").unwrap().schedules.is_empty());
+    }
+
+    #[test]
+    fn allowed_hosts_are_a_scheme_a_host_and_a_port() {
+        let parsed = Capabilities::parse(
+            r#"{"allowed_hosts": ["https://Feeds.example.org", "http://127.0.0.1:9000"]}"#,
+        )
+        .unwrap();
+        let listed: Vec<String> = parsed.allowed_hosts.iter().map(ToString::to_string).collect();
+        assert_eq!(listed, ["https://feeds.example.org:443", "http://127.0.0.1:9000"]);
+        for bad in [
+            "feeds.example.org",
+            "https://*.example.org",
+            "https://x.org/path",
+            "ftp://x.org",
+        ] {
+            let text = format!(r#"{{"allowed_hosts": ["{bad}"]}}"#);
+            assert!(Capabilities::parse(&text).is_err(), "{bad}");
+        }
+    }
+}
