@@ -6,8 +6,16 @@
 //!   only runs once a human approves; a rejection is answered with its feedback;
 //! - "what did I say first?": the session's first user message, from `host::history()`.
 //!
+//! With a language model configured (`[llm]` in the node's configuration) every
+//! message goes to the model instead, with the session's history and every
+//! plugin tool offered as the model's tools: the answer streams as it arrives,
+//! and a tool the model calls goes through `host::call_tool`, so a risky one
+//! still waits for the human, whose rejection and feedback go back to the model
+//! as the tool's result. Without a model (the embedded default) the rules above answer.
+//!
 //! The host owns the frames, tools and approvals; this plugin only decides what to say.
 
+use agora_plugin_sdk::llm::{self, ChatRequest, ErrorKind, ToolCall};
 use agora_plugin_sdk::prelude::*;
 
 struct Assistant;
@@ -28,8 +36,20 @@ impl Plugin for Assistant {
             .assistant()
     }
 
+    fn capabilities() -> Capabilities {
+        Capabilities::new().llm("default")
+    }
+
     fn handle(message: Message) -> Result<String, Failure> {
         let body: Body = message.json()?;
+        match model_turn(&body.content) {
+            Err(HostError::Model {
+                kind: ErrorKind::NotConfigured,
+                ..
+            }) => {}
+            Err(error) => return Err(Failure::internal(format!("the language model failed: {error}"))),
+            Ok(answer) => return reply(json!({"content": answer})),
+        }
         let lower = body.content.to_lowercase();
         let answer = if lower.contains("what did i say first") {
             recall_first()?
@@ -199,3 +219,75 @@ fn report(content: &str) -> String {
 }
 
 export_plugin!(Assistant);
+
+/// Model rounds one message may take: each answer that calls tools is followed
+/// by another with their results, until the model answers in words.
+const MAX_MODEL_ROUNDS: usize = 4;
+
+const SYSTEM_PROMPT: &str = "You are the inspection assistant of a food-safety inspector. \
+    Answer briefly. Use the tools when they help; a risky tool runs only after the human approves it, \
+    and when a tool call is rejected, say so and take the human's feedback into account.";
+
+/// One turn answered by the language model: the session's history and the
+/// plugin tools go to it, its words stream to the human, its tool calls run
+/// through the host (and its approvals). The answer's whole text.
+fn model_turn(content: &str) -> Result<String, HostError> {
+    let mut request = ChatRequest::new().system(SYSTEM_PROMPT);
+    let history = host::history()?;
+    let mut last_user = None;
+    for entry in &history {
+        let Some(text) = entry.body["content"].as_str() else {
+            continue;
+        };
+        request = match entry.role.as_str() {
+            "user" => {
+                last_user = Some(text.to_string());
+                request.user(text)
+            }
+            "assistant" => request.assistant(text),
+            _ => request,
+        };
+    }
+    // The host records the message before the plugin runs; add it only when it is not there.
+    if last_user.as_deref() != Some(content) {
+        request = request.user(content);
+    }
+    for tool in host::list_tools()? {
+        request = request.tool(&tool.name, &tool.description, &tool.parameters);
+    }
+    let mut said = String::new();
+    for _ in 0..MAX_MODEL_ROUNDS {
+        let mut answer = llm::Answer::default();
+        for chunk in llm::chat(&request)? {
+            let chunk = chunk?;
+            if !chunk.text.is_empty() {
+                emit_chunk(&chunk.text).map_err(|f| HostError::EventNotDelivered(f.message))?;
+                said.push_str(&chunk.text);
+            }
+            answer.push(chunk);
+        }
+        if answer.tool_calls.is_empty() {
+            return Ok(said);
+        }
+        request = request.assistant_calls(&answer.text, answer.tool_calls.clone());
+        for call in &answer.tool_calls {
+            request = request.tool_result(&call.id, &tool_result(call));
+        }
+    }
+    Ok(said)
+}
+
+/// What a tool call gives the model back: the tool's result, or why it did not
+/// run in words the model can act on (a human's rejection with their feedback).
+fn tool_result(call: &ToolCall) -> String {
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+    match host::call_tool(&call.name, &arguments) {
+        Ok(result) => result,
+        Err(HostError::ToolRejected { feedback, .. }) => format!(
+            "The human rejected this call of {}. Their feedback: {}",
+            call.name,
+            feedback.as_deref().unwrap_or("(none)")
+        ),
+        Err(error) => format!("The call of {} did not run: {error}", call.name),
+    }
+}

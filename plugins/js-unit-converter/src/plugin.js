@@ -9,8 +9,8 @@ import { log } from "agora:node/host@0.1.0";
 import { jsonObject, manifest as manifestOf, unknownTool } from "../build/agora-plugin.js";
 import { DOCUMENT } from "../build/document.js";
 
-/** @typedef {import("agora:node/plugin@0.1.0").Message} Message */
-/** @typedef {import("agora:node/plugin@0.1.0").Manifest} Manifest */
+/** @typedef {import("agora:node/types@0.1.0").Message} Message */
+/** @typedef {import("agora:node/types@0.1.0").Manifest} Manifest */
 
 // symbol -> [dimension, factor to the dimension's base unit]; temperature uses offsets.
 /** @type {Record<string, [string, number]>} */
