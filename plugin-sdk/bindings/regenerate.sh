@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the typed bindings committed beside this script from plugin-sdk/wit
-# (world `plugin`), with the pinned tools:
+# (world `agent`: everything of `plugin`, and the `extensions` export a plugin
+# with capabilities implements), with the pinned tools:
 #   python/  componentize-py 0.25.1 `bindings`   (COMPONENTIZE_PY: which one; default on PATH)
 #   js/      jco 1.35.0 `guest-types`            (JS_TOOLS: a node_modules holding it;
 #            default plugins/js-unit-converter/node_modules, after `npm install` there)
@@ -14,10 +15,10 @@ tools="${JS_TOOLS:-$root/plugins/js-unit-converter/node_modules}"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
-"${COMPONENTIZE_PY:-componentize-py}" -d "$root/plugin-sdk/wit" -w plugin bindings "$scratch/python" >/dev/null
+"${COMPONENTIZE_PY:-componentize-py}" -d "$root/plugin-sdk/wit" -w agent bindings "$scratch/python" >/dev/null
 JCO_TRANSPILE="$tools/@bytecodealliance/jco-transpile" node --import "$here/jco-preopen.mjs" \
   "$tools/@bytecodealliance/jco/dist/jco.js" guest-types "$root/plugin-sdk/wit" \
-  --world-name plugin -q -o "$scratch/js"
+  --world-name agent -q -o "$scratch/js"
 
 for lang in python js; do
   mkdir -p "$out/$lang"

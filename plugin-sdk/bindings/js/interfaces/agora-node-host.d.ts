@@ -47,6 +47,19 @@ declare module 'agora:node/host@0.1.0' {
    * before it keep loading.
    */
   export function outboundA2a(url: string, body: string): string;
+  /**
+   * A value of this plugin's settings: `[plugins.NAME.config]` in the node's
+   * configuration, else `[plugins.NAME.secrets]` (each secret read from the
+   * environment variable or file the operator named). None when neither has
+   * `key`; an error naming the key when a secret's source cannot be read.
+   * Settings change with the node's configuration file, without a restart.
+   */
+  export function configGet(key: string): string | undefined;
+  /**
+   * The tools `call-tool` can reach, as a JSON array of
+   * `{"name", "description", "parameters", "risk"}` (what a language model is offered).
+   */
+  export function listTools(): string;
   export type Transport = import('agora:node/types@0.1.0').Transport;
   /**
    * # Variants

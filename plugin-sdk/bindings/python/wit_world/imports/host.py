@@ -99,3 +99,20 @@ def outbound_a2a(url: str, body: str) -> str:
     Raises: `componentize_py_types.Err(wit_world.imports.str)`
     """
     raise NotImplementedError
+def config_get(key: str) -> Optional[str]:
+    """
+    A value of this plugin's settings: `[plugins.NAME.config]` in the node's
+    configuration, else `[plugins.NAME.secrets]` (each secret read from the
+    environment variable or file the operator named). None when neither has
+    `key`; an error naming the key when a secret's source cannot be read.
+    Settings change with the node's configuration file, without a restart.
+    
+    Raises: `componentize_py_types.Err(wit_world.imports.str)`
+    """
+    raise NotImplementedError
+def list_tools() -> str:
+    """
+    The tools `call-tool` can reach, as a JSON array of
+    `{"name", "description", "parameters", "risk"}` (what a language model is offered).
+    """
+    raise NotImplementedError
