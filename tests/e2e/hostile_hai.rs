@@ -488,6 +488,16 @@ export function handle(message) {
 export function runTool(name, _arguments) {
   throw unknownTool(name);
 }
+
+// The scaffold builds for the world `agent`: no capabilities asked.
+export const extensions = {
+  capabilities() {
+    return "{}";
+  },
+  tick(name) {
+    throw `no schedule ${name}`;
+  },
+};
 "#;
 
 fn impersonator_wasm() -> Vec<u8> {

@@ -10,6 +10,7 @@ mod a2a_fleet;
 mod agora;
 mod almanac;
 mod arena;
+mod capabilities;
 mod crash;
 mod envelopes;
 mod fleet;

@@ -585,7 +585,14 @@ fn committed_bindings_are_what_the_pinned_tools_generate_from_the_wit() {
         &[("COMPONENTIZE_PY", &componentize_py()), ("JS_TOOLS", &tools)],
     );
     let generated = files_below(out.path());
-    for expected in ["python/wit_world/__init__.py", "js/plugin.d.ts"] {
+    // World `agent`: everything of `plugin`, and the `extensions` export's types.
+    for expected in [
+        "python/wit_world/__init__.py",
+        "python/wit_world/exports/extensions.py",
+        "python/wit_world/imports/llm.py",
+        "js/agent.d.ts",
+        "js/interfaces/agora-node-extensions.d.ts",
+    ] {
         assert!(generated.contains_key(expected), "{:?}", generated.keys());
     }
     // Everything under python/ and js/ but the hand-written helpers is generated.
@@ -656,6 +663,185 @@ fn dev_mode_rebuilds_saved_python_and_javascript_plugins_and_serves_them_live() 
         );
         load.assert_no_failure(10);
     }
+}
+
+// --- The agent world in Python and JavaScript: settings, a model, schedules ---
+
+/// A secret the agent fixtures' nodes name and nobody sets (outside `AGORA_`,
+/// which the node reads as its own configuration).
+const UNSET_SECRET: &str = "SCRIPTED_AGENT_UNSET_SECRET";
+
+/// Where the agent fixtures are built (once per run).
+fn fixtures_out() -> PathBuf {
+    let dir = support::repo_root().join("target/scripted-fixtures");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// tests/fixtures-py/agent built for the world `agent` with the SDK's helper.
+fn built_python_agent() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = fixtures_out().join("fixture_py_agent.wasm");
+        run_in(
+            &support::repo_root(),
+            componentize_py().to_str().unwrap(),
+            &[
+                "-d",
+                "plugin-sdk/wit",
+                "-w",
+                "agent",
+                "componentize",
+                "-p",
+                "tests/fixtures-py/agent",
+                "-p",
+                "plugin-sdk/bindings/python",
+                "app",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        out
+    })
+}
+
+/// tests/fixtures-js/agent type-checked against the world's declarations and
+/// the SDK's helper, and built for the world `agent`, with js-unit-converter's tools.
+fn built_js_agent() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let tools = js_installed("js-unit-converter").join("node_modules/.bin");
+        let root = support::repo_root();
+        let tsc = tools.join("tsc");
+        let tsconfig = ["--noEmit", "-p", "tests/fixtures-js/agent/tsconfig.json"];
+        run_in(&root, tsc.to_str().unwrap(), &tsconfig, &[]);
+        let out = fixtures_out().join("fixture_js_agent.wasm");
+        let componentize = tools.join("componentize-js");
+        // The source and what it imports must lie below the working directory.
+        let args = [
+            "tests/fixtures-js/agent/plugin.js",
+            "--wit",
+            "plugin-sdk/wit",
+            "--world-name",
+            "agent",
+            "--disable",
+            "http",
+            "fetch-event",
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        run_in(&root, componentize.to_str().unwrap(), &args, &[]);
+        out
+    })
+}
+
+/// A node with the agent fixture `plugin` installed from `wasm`: its setting
+/// `greeting` given as an environment variable, its secret `gone` named but
+/// unset, and no language model configured.
+fn agent_node(plugin: &str, wasm: &Path) -> TestNode {
+    // Figment lower-cases the keys; a plugin's `-` is fine in a variable's name.
+    let prefix = format!("AGORA_PLUGINS__{}__", plugin.to_uppercase());
+    let node = TestNode::builder()
+        .env(&format!("{prefix}CONFIG__GREETING"), "hey")
+        .env(&format!("{prefix}SECRETS__GONE__ENV"), UNSET_SECRET)
+        .start();
+    support::install_bytes(&node.plugins_dir, plugin, &std::fs::read(wasm).unwrap());
+    node.wait_for_health_within(plugin, Duration::from_secs(300), |h| has_plugin(h, plugin));
+    node
+}
+
+/// What the agent fixture `plugin` (tool `tool`) answers, checked the same for
+/// each language: a setting, the settings error of an unreadable secret, the
+/// model error of a node with no model, the tool list, and its schedules' runs.
+fn agent_scenario(node: &TestNode, plugin: &str, tool: &str) {
+    let hash = crate::scripting_tools::agora_route(node, plugin);
+    let answer = |body: Value| {
+        let reply = post_json(&node.url("/agora"), &json!({"protocolHash": hash, "body": body}));
+        assert_eq!(reply.status, 200, "{plugin}: {}\n{}", reply.body, node.log_text());
+        let value = reply.json();
+        assert_eq!(value["status"], "success", "{plugin}: {value}");
+        value["body"].clone()
+    };
+
+    // (a) A setting given to the node as an environment variable.
+    assert_eq!(
+        answer(json!({"op": "greet", "text": "hi"})),
+        json!({"reply": "hey: hi"}),
+        "{plugin}"
+    );
+    assert_eq!(
+        answer(json!({"op": "get", "key": "greeting"})),
+        json!({"value": "hey"})
+    );
+    assert_eq!(
+        answer(json!({"op": "get", "key": "absent"})),
+        json!({"value": null})
+    );
+    let unreadable = answer(json!({"op": "get", "key": "gone"}));
+    assert_eq!(unreadable["kind"], "settings", "{plugin}: {unreadable}");
+    assert!(
+        unreadable["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(UNSET_SECRET),
+        "{plugin}: {unreadable}"
+    );
+
+    // (b) The model, declared but not configured on this node: refused at once, typed.
+    let refused = answer(json!({"op": "chat", "text": "hello"}));
+    assert_eq!(refused["kind"], "model", "{plugin}: {refused}");
+    assert_eq!(refused["model_kind"], "not-configured", "{plugin}: {refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no language model is configured"),
+        "{plugin}: {refused}"
+    );
+
+    // The tool list, the plugin's own tool with its schema as JSON (not text).
+    let tools = answer(json!({"op": "tools"}));
+    assert_eq!(
+        tools["tools"].as_array().map(Vec::len),
+        Some(1),
+        "{plugin}: {tools}"
+    );
+    assert_eq!(tools["tools"][0]["name"], tool);
+    assert_eq!(tools["tools"][0]["risk"], "low");
+    assert_eq!(tools["tools"][0]["parameters"]["required"], json!(["text"]));
+
+    // (c) The schedule `count` every second: its ticks reach the store.
+    node.wait_until(
+        &format!("two ticks of {plugin}"),
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        || answer(json!({"op": "ticks"}))["count"].as_u64().unwrap_or(0) >= 2,
+    );
+    // A tick whose host call fails fails as the tick's error, never a trap.
+    let failed = format!("agora_schedule_runs_total{{plugin=\"{plugin}\",outcome=\"failure\"}}");
+    node.wait_until(
+        &format!("a failed run of {plugin}'s schedule unreadable"),
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        || metric(node, &failed) >= 1,
+    );
+    let metrics = support::get(&node.url("/metrics")).body;
+    let trapped = format!("agora_schedule_runs_total{{plugin=\"{plugin}\",outcome=\"trap\"}}");
+    assert!(!metrics.contains(&trapped), "{metrics}");
+    assert!(node.log_text().contains(UNSET_SECRET), "{}", node.log_text());
+}
+
+#[test]
+fn a_python_plugin_for_the_agent_world_reads_settings_reaches_the_model_and_runs_schedules() {
+    let node = agent_node("fixture-py-agent", built_python_agent());
+    agent_scenario(&node, "fixture-py-agent", "py_agent_echo");
+}
+
+#[test]
+fn a_javascript_plugin_for_the_agent_world_reads_settings_reaches_the_model_and_runs_schedules() {
+    let node = agent_node("fixture-js-agent", built_js_agent());
+    agent_scenario(&node, "fixture-js-agent", "js_agent_echo");
 }
 
 /// Dropping the last handle of a runtime frees its plugins' idle warm

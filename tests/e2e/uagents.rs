@@ -5,7 +5,7 @@
 //! addresses from a static table).
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -422,10 +422,15 @@ pub(crate) struct Script {
 
 impl Script {
     pub(crate) fn start(args: &[&str], env: &[(&str, &str)]) -> Script {
-        let mut command = Command::new(python());
+        Self::start_in(&python(), &scripts(), args, env)
+    }
+
+    /// A script of another venv (`python`) and folder (`dir`).
+    pub(crate) fn start_in(python: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Script {
+        let mut command = Command::new(python);
         command
             .args(args)
-            .current_dir(scripts())
+            .current_dir(dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for (key, value) in env {

@@ -1,0 +1,108 @@
+"""Test fixture: the agent world's capabilities (plugin-sdk/wit) in Python,
+through the SDK's helper (plugin-sdk/bindings/python/agora_plugin.py), each
+reachable by a plain Agora request over a real socket, so a test
+(tests/e2e/scripting.rs) reads back what the host gave the plugin or the
+HostError it raised. Built with `componentize-py -w agent` by the test.
+
+Body `{"op": …}`:
+- `greet` `{text}` → `{"reply": "<greeting>: <text>"}`, the setting `greeting`
+  (`config_get`), "you said" when unset;
+- `get` `{key}` → `{"value": setting or null}`, or `{"error", "kind"}` of the HostError;
+- `chat` `{text}` → `{"text"}` of the model's whole answer (`complete`), or
+  `{"error", "kind", "model_kind"}` of the HostError;
+- `tools` → `{"tools": [{"name", "risk", "parameters"}]}` (`list_tools`);
+- `ticks` → `{"count": n}`, the runs of the schedule `count` so far.
+
+Capabilities: the default model, and two schedules every second: `count` adds
+one to `ticks`; `unreadable` reads the setting `gone` (a secret the tests
+leave unset), so its runs fail with the host's settings error.
+"""
+
+import dataclasses
+import json
+
+import wit_world
+from wit_world import exports
+from wit_world.imports import types
+
+import agora_plugin
+
+DOCUMENT = (
+    "name: Python agent fixture\n"
+    "description: settings, model and schedules of the agent world, in Python\n"
+    "multiround: false\n"
+    "---\n"
+    'body: {"op": "greet" | "get" | "chat" | "tools" | "ticks", …}.\n'
+)
+
+ECHO = types.Tool(
+    name="py_agent_echo",
+    description="Answers its text.",
+    parameters=json.dumps({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+    risk=types.Risk.LOW,
+)
+
+
+@dataclasses.dataclass
+class Echo:
+    text: str
+
+
+def echo(arguments: Echo) -> dict:
+    return {"text": arguments.text}
+
+
+def model_answer(text: str) -> dict:
+    request = agora_plugin.ChatRequest().system("Be brief.").user(text)
+    try:
+        answer = agora_plugin.complete(request)
+    except agora_plugin.HostError as error:
+        return {"error": error.message, "kind": error.kind, "model_kind": error.model_kind}
+    return {"text": answer.text}
+
+
+class WitWorld(wit_world.WitWorld):
+    def manifest(self) -> types.Manifest:
+        return agora_plugin.manifest("fixture-py-agent", "1.0.0", protocols=[DOCUMENT], tools=[ECHO])
+
+    @agora_plugin.handler
+    def handle(self, message: types.Message) -> str:
+        request = agora_plugin.json_object(message.body)
+        if request is None:
+            raise agora_plugin.bad_request("the body must be an object")
+        op, text, key = request.get("op"), str(request.get("text", "")), str(request.get("key", ""))
+        if op == "greet":
+            greeting = agora_plugin.config_get("greeting") or "you said"
+            return json.dumps({"reply": f"{greeting}: {text}"})
+        if op == "get":
+            try:
+                return json.dumps({"value": agora_plugin.config_get(key)})
+            except agora_plugin.HostError as error:
+                return json.dumps({"error": error.message, "kind": error.kind})
+        if op == "chat":
+            return json.dumps(model_answer(text))
+        if op == "tools":
+            tools = [{"name": t["name"], "risk": t["risk"], "parameters": t["parameters"]} for t in agora_plugin.list_tools()]
+            return json.dumps({"tools": tools})
+        if op == "ticks":
+            return json.dumps({"count": agora_plugin.kv_get_json("ticks") or 0})
+        raise agora_plugin.bad_request(f"unknown op {op!r}")
+
+    def run_tool(self, name: str, arguments: str) -> str:
+        return agora_plugin.dispatch_tool(name, arguments, {"py_agent_echo": echo})
+
+
+def count() -> None:
+    agora_plugin.kv_set_json("ticks", (agora_plugin.kv_get_json("ticks") or 0) + 1)
+
+
+def unreadable() -> None:
+    agora_plugin.config_get("gone")
+
+
+class Extensions(exports.Extensions):
+    def capabilities(self) -> str:
+        return agora_plugin.capabilities(llm=["default"], schedules={"count": "1s", "unreadable": "1s"})
+
+    def tick(self, name: str) -> None:
+        agora_plugin.dispatch_tick(name, {"count": count, "unreadable": unreadable})
