@@ -203,7 +203,7 @@ fn a_changed_configuration_file_applies_to_the_next_call_without_a_restart() {
 }
 
 #[test]
-fn a_secret_named_twice_or_nowhere_stops_start_up_naming_the_key() {
+fn an_empty_secret_source_or_an_unset_model_key_stops_start_up_naming_the_key() {
     for (key, value) in [
         ("AGORA_PLUGINS__FIXTURE-AGENT__SECRETS__T__ENV", ""),
         ("AGORA_LLM__API_KEY_ENV", "NO_SUCH_MODEL_KEY_VARIABLE"),

@@ -135,10 +135,10 @@ impl host::Host for PluginState {
     async fn call_tool(&mut self, name: String, arguments: String) -> Result<String, String> {
         let arguments: Value =
             serde_json::from_str(&arguments).map_err(|e| format!("tool arguments are not JSON: {e}"))?;
-        let Some(inner) = self.runtime.upgrade() else {
+        let Some(runtime) = super::Runtime::from_weak(&self.runtime) else {
             return Err(ToolError::ShuttingDown.to_string());
         };
-        super::Runtime { inner }
+        runtime
             .run_tool(&name, arguments, &self.exchange, &mut self.slot)
             .await
             .map_err(|e| e.to_string())
@@ -194,10 +194,10 @@ impl host::Host for PluginState {
 
     /// Every loaded plugin's tools, sorted by name, as the host's tool path knows them.
     async fn list_tools(&mut self) -> String {
-        let Some(inner) = self.runtime.upgrade() else {
+        let Some(runtime) = super::Runtime::from_weak(&self.runtime) else {
             return "[]".into();
         };
-        let registry = super::Runtime { inner }.registry();
+        let registry = runtime.registry();
         let mut tools: Vec<&super::manifest::ToolSpec> =
             registry.plugins().flat_map(|p| p.manifest.tools.iter()).collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));

@@ -89,14 +89,10 @@ impl PluginHttp {
         let denied = |why: String| HttpError::InternalError(Some(format!("HTTP request denied: {why}")));
         let destination =
             Destination::of_url(url).ok_or_else(|| denied(format!("{url} is not an http(s) URL")))?;
-        let inner = self
-            .runtime
-            .upgrade()
-            .ok_or_else(|| denied("the node is shutting down".into()))?;
-        let runtime = Runtime { inner };
+        let runtime =
+            Runtime::from_weak(&self.runtime).ok_or_else(|| denied("the node is shutting down".into()))?;
         let declared = runtime
-            .registry()
-            .by_name(&self.plugin)
+            .loaded(&self.plugin)
             .is_some_and(|plugin| plugin.capabilities.allowed_hosts.contains(&destination));
         let metrics = runtime.metrics().clone();
         if !declared {

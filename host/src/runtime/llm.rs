@@ -140,16 +140,9 @@ impl PluginState {
     /// Which provider this call may use for a request naming `provider`.
     fn llm_provider(&self, provider: Option<&str>) -> Result<crate::config::LlmProviderConfig, LlmError> {
         let name = provider.unwrap_or(DEFAULT_PROVIDER);
-        let declared = self
-            .runtime
-            .upgrade()
-            .and_then(|inner| {
-                super::Runtime { inner }
-                    .registry()
-                    .by_name(&self.plugin_name)
-                    .map(|plugin| plugin.capabilities.llm.iter().any(|p| p == name))
-            })
-            .unwrap_or(false);
+        let declared = super::Runtime::from_weak(&self.runtime)
+            .and_then(|runtime| runtime.loaded(&self.plugin_name))
+            .is_some_and(|plugin| plugin.capabilities.llm.iter().any(|p| p == name));
         if !declared {
             return Err(LlmError::NotDeclared(format!(
                 "plugin {} does not declare the model provider {name:?} in its capabilities",

@@ -192,6 +192,18 @@ impl Runtime {
             .send_modify(|generation| *generation += 1);
     }
 
+    /// The runtime an instance belongs to, while it lives: instances, timers and
+    /// hooks hold it weakly (see the module doc), and each reaches it through this.
+    pub(crate) fn from_weak(runtime: &std::sync::Weak<RuntimeInner>) -> Option<Runtime> {
+        runtime.upgrade().map(|inner| Runtime { inner })
+    }
+
+    /// The version of the plugin named `plugin` serving now: what a call is
+    /// checked against (its declared capabilities, say).
+    pub(crate) fn loaded(&self, plugin: &str) -> Option<Arc<LoadedPlugin>> {
+        self.registry().by_name(plugin).cloned()
+    }
+
     /// The configuration the runtime started with.
     pub fn config_snapshot(&self) -> Config {
         (*self.inner.host.node_config).clone()

@@ -43,8 +43,10 @@ impl Runtime {
         async move {
             let mut timers = Timers::default();
             loop {
-                let Some(inner) = runtime.upgrade() else { return };
-                Runtime { inner }.align_timers(&mut timers, &runtime);
+                let Some(current) = Runtime::from_weak(&runtime) else {
+                    return;
+                };
+                current.align_timers(&mut timers, &runtime);
                 if changes.changed().await.is_err() {
                     return;
                 }
@@ -122,8 +124,9 @@ async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: us
     let busy = Arc::new(AtomicBool::new(false));
     loop {
         tokio::time::sleep(schedule.when.next_in()).await;
-        let Some(inner) = runtime.upgrade() else { return };
-        let runtime = Runtime { inner };
+        let Some(runtime) = Runtime::from_weak(&runtime) else {
+            return;
+        };
         let plugin_name = plugin.manifest.name.as_str();
         if busy.swap(true, Ordering::AcqRel) {
             tracing::debug!(plugin = plugin_name, schedule = %schedule.name, "previous run still going; this one skipped");
