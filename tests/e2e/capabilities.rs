@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::hai::{Client, of_type, position, session_id, streamed_text};
 use crate::support::{self, HttpReply, NodeBuilder, TestNode, document_hash, post_json};
-use crate::uagents::Script;
+use crate::uagents::{EchoAgent, LISTENER_SEED, NODE_SEED, Script, identity};
 
 const FIXTURE: &str = "fixture-agent";
 const DOCUMENT: &str = "name: Agent capabilities fixture\ndescription: settings, model and schedules of the agent world\nmultiround: false\n---\nbody: {\"op\": \"get\" | \"leak\" | \"chat\" | \"ticks\", …}.\n";
@@ -693,4 +693,72 @@ fn the_feed_watcher_example_polls_its_configured_feed_with_its_secret() {
     );
     assert_eq!(seen()["changes"], 2, "{}", seen());
     assert!(!node.log_text().contains("feed-token-99"));
+}
+
+#[test]
+fn the_feed_watcher_tells_a_real_uagent_of_each_change_signed_as_the_node() {
+    let feed = Feed::new("first edition");
+    let feed_port = feed_server(feed.clone());
+    let url = format!("http://127.0.0.1:{feed_port}/feed.txt");
+    // The agent's replies to the node go nowhere: no endpoint is known for it.
+    let agent = EchoAgent::start(LISTENER_SEED, &json!({}));
+    let node = TestNode::builder()
+        .plugin("feed-watcher")
+        .env("AGORA_UAGENTS__SEED", NODE_SEED)
+        .env("AGORA_PLUGINS__FEED-WATCHER__CONFIG__FEED_URL", &url)
+        .env("AGORA_PLUGINS__FEED-WATCHER__CONFIG__POLL_EVERY", "1s")
+        .env(
+            "AGORA_PLUGINS__FEED-WATCHER__CONFIG__NOTIFY_AGENT",
+            identity(LISTENER_SEED).address(),
+        )
+        .env(
+            "AGORA_PLUGINS__FEED-WATCHER__CONFIG__NOTIFY_ENDPOINT",
+            agent.url(),
+        )
+        .env(
+            "AGORA_OUTBOUND__ALLOWED_HOSTS",
+            format!(r#"["127.0.0.1:{feed_port}", "127.0.0.1:{}"]"#, agent.port),
+        )
+        .start();
+    let document = std::fs::read_to_string(support::repo_root().join("protocols/feed-watcher.md")).unwrap();
+    let seen = || {
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": document_hash(&document), "body": {}}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()["body"].clone()
+    };
+    node.wait_until(
+        "the first notification",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || seen()["notified"] == 1,
+    );
+    feed.set("second edition");
+    node.wait_until(
+        "the second notification",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || seen()["notified"] == 2,
+    );
+    assert_eq!(seen()["notify_error"], Value::Null, "{}", seen());
+    // What the real uAgent verified and handed to its `Message` handler.
+    let received = agent.received_at_least(2);
+    let texts: Vec<&str> = received.iter().filter_map(|r| r["text"].as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            format!("{url} changed: first edition"),
+            format!("{url} changed: second edition")
+        ],
+        "{received:?}"
+    );
+    let node_address = identity(NODE_SEED).address().to_string();
+    assert!(
+        received.iter().all(|r| r["sender"] == node_address.as_str()),
+        "{received:?}"
+    );
+    // Each change is its own session.
+    assert_ne!(received[0]["session"], received[1]["session"]);
 }

@@ -497,11 +497,11 @@ pub(crate) fn wait_for_port(port: u16, what: &str) {
 /// A real uAgent running `echo_agent.py`.
 pub(crate) struct EchoAgent {
     script: Script,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl EchoAgent {
-    fn start(seed: &str, peers: &Value) -> EchoAgent {
+    pub(crate) fn start(seed: &str, peers: &Value) -> EchoAgent {
         let port = support::free_port();
         let script = Script::start(
             &["echo_agent.py", seed, &port.to_string()],
@@ -511,14 +511,14 @@ impl EchoAgent {
         EchoAgent { script, port }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/submit", self.port)
     }
 
     /// The messages the agent has reported, once there are at least `count`: it
     /// prints each before replying, but the line reaches this process through a
     /// pipe and a reader thread, possibly after the reply did.
-    fn received_at_least(&self, count: usize) -> Vec<Value> {
+    pub(crate) fn received_at_least(&self, count: usize) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let received = self.received();

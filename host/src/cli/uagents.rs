@@ -21,7 +21,6 @@ use tokio::sync::{Mutex, oneshot};
 
 use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope};
 use crate::peers::almanac::Resolver;
-use crate::store::now_ms;
 use crate::transports::uagents::client::{self, Delivered};
 
 #[derive(Subcommand)]
@@ -96,20 +95,13 @@ pub async fn run(command: Command) -> Result<(), String> {
                 (None, Some(api)) => resolve(&api, &to).await?,
                 (None, None) => return Err("give --endpoint or --almanac-api".into()),
             };
-            let mut envelope = Envelope {
-                version: 1,
-                sender: identity.address().to_string(),
-                target: to.clone(),
-                session: uuid::Uuid::new_v4().hyphenated().to_string(),
-                schema_digest: ucrypto::schema_digest(&schema_value),
-                protocol_digest: None,
-                payload: None,
-                expires: Some(now_ms() / 1000 + timeout),
-                nonce: Some(rand::rngs::OsRng.next_u64()),
-                signature: None,
-            };
-            envelope.encode_payload(&message.to_string());
-            envelope.sign(&identity);
+            let envelope = client::message_envelope(
+                &identity,
+                &to,
+                ucrypto::schema_digest(&schema_value),
+                &message,
+                timeout,
+            );
             let wait = Duration::from_secs(timeout);
             let reply = if sync {
                 match client::submit(&endpoint, &envelope, true, wait, 4 << 20)
@@ -131,7 +123,10 @@ pub async fn run(command: Command) -> Result<(), String> {
                 );
                 return Ok(());
             };
-            let summary = check_reply(&envelope, &reply)?;
+            let summary = client::check_reply(&envelope, &reply)?;
+            if summary["verified"] != true {
+                eprintln!("agora-node: warning: the reply is unsigned (uagents does not sign sync replies)");
+            }
             println!("{summary}");
             Ok(())
         }
@@ -160,40 +155,6 @@ fn identity(seed: Option<&str>) -> Result<AgentIdentity, String> {
             AgentIdentity::from_seed(&hex::encode(fresh)).map_err(|e| e.to_string())
         }
     }
-}
-
-/// Check a reply belongs to `request` and verify it when signed (uagents'
-/// own sync replies are unsigned; a signed one must verify), then summarise it.
-fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String> {
-    if reply.sender != request.target {
-        return Err(format!(
-            "the reply comes from {}, not {}",
-            reply.sender, request.target
-        ));
-    }
-    if reply.target != request.sender {
-        return Err(format!("the reply is for {}, not for us", reply.target));
-    }
-    if reply.session != request.session {
-        return Err("the reply belongs to another session".into());
-    }
-    let signed = reply.signature.is_some();
-    if signed {
-        reply
-            .verify()
-            .map_err(|e| format!("the reply's signature does not verify: {e}"))?;
-    } else {
-        eprintln!("agora-node: warning: the reply is unsigned (uagents does not sign sync replies)");
-    }
-    let text = reply.decode_payload()?;
-    let message: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Ok(json!({
-        "sender": reply.sender,
-        "session": reply.session,
-        "schema_digest": reply.schema_digest,
-        "verified": signed,
-        "message": message,
-    }))
 }
 
 type Waiter = Arc<Mutex<Option<oneshot::Sender<Envelope>>>>;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::http_client::{self, ClientError};
-use super::{a2a, agora, envelopes};
+use super::{a2a, agora, envelopes, uagents};
 use crate::config::Config;
 use crate::vocab::TransportKind;
 
@@ -45,6 +45,9 @@ pub async fn call(
         TransportKind::Envelope => envelopes::outbound(config, url, &body)
             .await
             .map_err(|e| OutboundError::Peer(e.to_string())),
+        TransportKind::Uagents => uagents::outbound(config, url, &body)
+            .await
+            .map_err(OutboundError::Peer),
         other => Err(OutboundError::Unsupported(other.as_str())),
     }
 }

@@ -1,14 +1,20 @@
 //! Sending uAgents envelopes (`uagents-exchange.txt`, "Endpoints"): an
 //! envelope is POSTed as JSON to the peer's `/submit`; with
 //! `x-uagents-connection: sync` the peer's HTTP body is its reply envelope.
-//! Used by the node for asynchronous replies and by `agora-node uagents send`.
+//! Used by the node for asynchronous replies, by plugins (`host.outbound`
+//! with transport `uagents`: the node signs as its own address) and by
+//! `agora-node uagents send`.
 
 use std::time::Duration;
 
-use serde_json::Value;
+use rand::RngCore;
+use serde_json::{Value, json};
 
 use super::http_client::{self, ClientError};
-use crate::crypto::uagents::Envelope;
+use crate::config::Config;
+use crate::crypto::identity::read_secret_file;
+use crate::crypto::uagents::{AgentIdentity, Envelope};
+use crate::store::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
@@ -108,5 +114,223 @@ pub async fn deliver_with_retries(
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+/// Where the node keeps its generated uAgents seed under `data_dir`, when
+/// `uagents.seed` is empty (the uAgents transport writes it at start-up).
+pub const SEED_FILE: &str = "uagents.seed";
+
+/// The node's uAgents identity for sending: `uagents.seed` (a fleet's nodes all
+/// have the fleet's there), else the seed the uAgents transport generated.
+pub fn sending_identity(config: &Config) -> Result<AgentIdentity, String> {
+    if !config.uagents.seed.is_empty() {
+        return AgentIdentity::from_seed(&config.uagents.seed).map_err(|e| e.to_string());
+    }
+    let path = config.data_dir.join(SEED_FILE);
+    let bytes = read_secret_file(&path).map_err(|e| {
+        format!(
+            "the node has no uAgents identity ({}: {e}); set uagents.seed or enable the uAgents transport",
+            path.display()
+        )
+    })?;
+    let seed = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))?;
+    AgentIdentity::from_seed(seed.trim()).map_err(|e| e.to_string())
+}
+
+/// A message envelope from `identity` to `target`, signed, in a new session,
+/// valid for `valid_for_secs`.
+pub fn message_envelope(
+    identity: &AgentIdentity,
+    target: &str,
+    schema_digest: String,
+    message: &Value,
+    valid_for_secs: u64,
+) -> Envelope {
+    let mut envelope = Envelope {
+        version: 1,
+        sender: identity.address().to_string(),
+        target: target.to_string(),
+        session: uuid::Uuid::new_v4().hyphenated().to_string(),
+        schema_digest,
+        protocol_digest: None,
+        payload: None,
+        expires: Some(now_ms() / 1000 + valid_for_secs),
+        nonce: Some(rand::rngs::OsRng.next_u64()),
+        signature: None,
+    };
+    envelope.encode_payload(&message.to_string());
+    envelope.sign(identity);
+    envelope
+}
+
+/// Check a reply belongs to `request` and verify it when signed (uagents'
+/// own sync replies are unsigned; a signed one must verify), and summarise
+/// it: `{sender, session, schema_digest, verified, message}`.
+pub fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String> {
+    if reply.sender != request.target {
+        return Err(format!(
+            "the reply comes from {}, not {}",
+            reply.sender, request.target
+        ));
+    }
+    if reply.target != request.sender {
+        return Err(format!("the reply is for {}, not for us", reply.target));
+    }
+    if reply.session != request.session {
+        return Err("the reply belongs to another session".into());
+    }
+    let signed = reply.signature.is_some();
+    if signed {
+        reply
+            .verify()
+            .map_err(|e| format!("the reply's signature does not verify: {e}"))?;
+    }
+    let text = reply.decode_payload()?;
+    let message: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(json!({
+        "sender": reply.sender,
+        "session": reply.session,
+        "schema_digest": reply.schema_digest,
+        "verified": signed,
+        "message": message,
+    }))
+}
+
+/// `host.outbound` over uAgents, for plugins. `body` is
+/// `{"target": "agent1…", "schema": <the model's JSON schema> | "schema_digest": "model:…",
+///   "message": {…}, "sync": false}`; the node signs as itself and POSTs the
+/// envelope to `url` (the peer's `/submit`, already checked against
+/// `outbound.allowed_hosts`). Answers `{"status": "delivered", "sender", "session"}`,
+/// or with `sync` the peer's reply as [`check_reply`] summarises it.
+pub async fn outbound(config: &Config, url: &str, body: &Value) -> Result<Value, String> {
+    let target = body["target"]
+        .as_str()
+        .ok_or("`target` must be the peer's agent1… address")?;
+    crate::crypto::uagents::decode_address(target).map_err(|e| format!("`target`: {e}"))?;
+    let schema_digest = match (&body["schema"], &body["schema_digest"]) {
+        (schema @ Value::Object(_), Value::Null) => crate::crypto::uagents::schema_digest(schema),
+        (Value::Null, Value::String(digest)) if crate::crypto::uagents::is_model_digest(digest) => {
+            digest.clone()
+        }
+        _ => return Err("give the message model as `schema` (an object) or `schema_digest` (\"model:<64 hex>\"), one of them".into()),
+    };
+    let message = match &body["message"] {
+        message @ Value::Object(_) => message,
+        _ => return Err("`message` must be an object (the model's fields)".into()),
+    };
+    let sync = match &body["sync"] {
+        Value::Null => false,
+        Value::Bool(sync) => *sync,
+        _ => return Err("`sync` must be a boolean".into()),
+    };
+    let identity = sending_identity(config)?;
+    let timeout = Duration::from_millis(config.outbound.timeout_ms);
+    let valid_for = timeout.as_secs().max(MIN_VALIDITY_SECS);
+    let envelope = message_envelope(&identity, target, schema_digest, message, valid_for);
+    let limit = config.outbound.max_response_bytes;
+    match submit(url, &envelope, sync, timeout, limit)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Delivered::Reply(reply) => check_reply(&envelope, &reply),
+        Delivered::Accepted => Ok(json!({
+            "status": "delivered",
+            "sender": envelope.sender,
+            "session": envelope.session,
+        })),
+    }
+}
+
+/// How long a sent envelope stays valid at least: a peer may queue it a while.
+const MIN_VALIDITY_SECS: u64 = 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEER_SEED: &str = "uagents-outbound-test-peer";
+
+    fn config_with_seed() -> Config {
+        let mut config = Config::defaults();
+        config.uagents.seed = "uagents-outbound-test-node".into();
+        config
+    }
+
+    /// Each malformed body is refused before anything is signed or sent
+    /// (the URL is unroutable, so a send would fail differently).
+    #[tokio::test]
+    async fn a_plugin_s_malformed_message_is_refused_naming_the_field() {
+        let peer = AgentIdentity::from_seed(PEER_SEED).unwrap().address().to_string();
+        let schema = json!({"title": "Message", "type": "object"});
+        let cases = [
+            (json!({"schema": schema, "message": {}}), "`target`"),
+            (
+                json!({"target": "agent1nope", "schema": schema, "message": {}}),
+                "`target`",
+            ),
+            (json!({"target": peer, "message": {}}), "`schema`"),
+            (
+                json!({"target": peer, "schema_digest": "model:12", "message": {}}),
+                "`schema_digest`",
+            ),
+            (
+                json!({"target": peer, "schema": schema, "schema_digest": "model:12", "message": {}}),
+                "one of them",
+            ),
+            (
+                json!({"target": peer, "schema": schema, "message": "hi"}),
+                "`message`",
+            ),
+            (
+                json!({"target": peer, "schema": schema, "message": {}, "sync": "yes"}),
+                "`sync`",
+            ),
+        ];
+        for (body, named) in cases {
+            let error = outbound(&config_with_seed(), "http://0.0.0.0:1/submit", &body)
+                .await
+                .expect_err("refused");
+            assert!(error.contains(named), "{body}: {error}");
+        }
+    }
+
+    #[test]
+    fn without_a_seed_or_its_file_the_node_has_no_identity_to_send_as() {
+        let data = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults();
+        config.data_dir = data.path().to_path_buf();
+        let error = sending_identity(&config).expect_err("no identity");
+        assert!(error.contains("uagents.seed"), "{error}");
+        std::fs::write(data.path().join(SEED_FILE), "a generated seed\n").unwrap();
+        let from_file = sending_identity(&config).unwrap();
+        assert_eq!(
+            from_file.address(),
+            AgentIdentity::from_seed("a generated seed").unwrap().address()
+        );
+    }
+
+    #[test]
+    fn a_sent_message_is_signed_by_the_node_and_its_reply_is_checked() {
+        let node = AgentIdentity::from_seed("uagents-outbound-test-node").unwrap();
+        let peer = AgentIdentity::from_seed(PEER_SEED).unwrap();
+        let schema = json!({"title": "Message", "type": "object"});
+        let digest = crate::crypto::uagents::schema_digest(&schema);
+        let sent = message_envelope(&node, peer.address(), digest.clone(), &json!({"text": "hi"}), 30);
+        sent.verify().unwrap();
+        assert_eq!(sent.decode_payload().unwrap(), r#"{"text":"hi"}"#);
+        let mut reply = message_envelope(&peer, node.address(), digest, &json!({"text": "yes"}), 30);
+        assert!(
+            check_reply(&sent, &reply)
+                .unwrap_err()
+                .contains("another session")
+        );
+        reply.session = sent.session.clone();
+        reply.sign(&peer);
+        let summary = check_reply(&sent, &reply).unwrap();
+        assert_eq!(summary["message"], json!({"text": "yes"}));
+        assert_eq!(summary["verified"], true);
+        reply.payload = None;
+        assert!(check_reply(&sent, &reply).unwrap_err().contains("verify"));
     }
 }

@@ -7,7 +7,12 @@
 //! - outgoing HTTP (`wasi:http`, here through `wstd`), allowed to the feed's
 //!   origin only, which the capabilities take from the setting (the operator
 //!   lists the host in `outbound.allowed_hosts` too);
-//! - a schedule: `tick("poll")` fetches the feed and records a change.
+//! - a schedule: `tick("poll")` fetches the feed and records a change;
+//!
+//! and tells a uAgent of each change when `notify_agent` (its agent1…
+//! address) and `notify_endpoint` (its `/submit` URL, which the operator lists
+//! in `outbound.allowed_hosts`) are set: a uAgents `Message {text}` the node
+//! signs as its own address (`host::outbound`, transport `uagents`).
 //!
 //! With no `feed_url` configured (the embedded default) it watches nothing.
 
@@ -18,6 +23,8 @@ struct FeedWatcher;
 const DOCUMENT: &str = include_str!("../../../protocols/feed-watcher.md");
 /// What is kept of the feed's text, and served.
 const MAX_CONTENT: usize = 4096;
+/// How much of the new text a change notification quotes.
+const MAX_QUOTE: usize = 200;
 
 impl Plugin for FeedWatcher {
     fn manifest() -> Manifest {
@@ -40,12 +47,16 @@ impl Plugin for FeedWatcher {
         let changes: u64 = host::kv_get_json("changes")?.unwrap_or(0);
         let last_change: Option<u64> = host::kv_get_json("last_change_ms")?;
         let error: Option<String> = host::kv_get_json("error")?;
+        let notified: u64 = host::kv_get_json("notified")?.unwrap_or(0);
+        let notify_error: Option<String> = host::kv_get_json("notify_error")?;
         reply(json!({
             "feed": host::config_get("feed_url")?,
             "changes": changes,
             "last_change_ms": last_change,
             "content": content,
             "error": error,
+            "notified": notified,
+            "notify_error": notify_error,
         }))
     }
 
@@ -59,7 +70,7 @@ impl Plugin for FeedWatcher {
         let token = host::config_get("feed_token").map_err(|e| e.to_string())?;
         let fetched = fetch(&url, token.as_deref());
         let outcome = match fetched {
-            Ok(text) => record(text),
+            Ok(text) => record(&url, text),
             Err(error) => host::kv_set_json("error", &error),
         };
         outcome.map_err(|e| e.to_string())
@@ -109,8 +120,9 @@ fn fetch(url: &str, token: Option<&str>) -> Result<String, String> {
     })
 }
 
-/// Keep the feed's text; count it as a change when it differs from the last.
-fn record(text: String) -> Result<(), HostError> {
+/// Keep the feed's text; count it as a change when it differs from the last,
+/// and tell the configured uAgent.
+fn record(url: &str, text: String) -> Result<(), HostError> {
     host::kv_delete("error")?;
     let previous: Option<String> = host::kv_get_json("content")?;
     if previous.as_deref() == Some(text.as_str()) {
@@ -121,7 +133,38 @@ fn record(text: String) -> Result<(), HostError> {
     host::kv_set_json("changes", &(changes + 1))?;
     host::kv_set_json("last_change_ms", &host::now_ms())?;
     host::info(&format!("the feed changed ({} bytes)", text.len()));
-    Ok(())
+    notify(url, &text)
+}
+
+/// Send the change to `notify_agent` when one is configured. A failed send is
+/// kept for `handle` to show (and the change stays recorded): the next change
+/// is sent anew, and nothing is retried behind the operator's back.
+fn notify(url: &str, text: &str) -> Result<(), HostError> {
+    let (Some(agent), Some(endpoint)) = (setting("notify_agent"), setting("notify_endpoint")) else {
+        return Ok(());
+    };
+    let mut end = text.len().min(MAX_QUOTE);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let message = json!({
+        "target": agent,
+        // pydantic's schema of uAgents' `class Message(Model): text: str`, what
+        // the uagents-echo example speaks; the node derives its digest.
+        "schema": {
+            "properties": {"text": {"title": "Text", "type": "string"}},
+            "required": ["text"], "title": "Message", "type": "object",
+        },
+        "message": {"text": format!("{url} changed: {}", &text[..end])},
+    });
+    match host::outbound(Transport::Uagents, &endpoint, &message) {
+        Ok(_) => {
+            let notified: u64 = host::kv_get_json("notified")?.unwrap_or(0);
+            host::kv_delete("notify_error")?;
+            host::kv_set_json("notified", &(notified + 1))
+        }
+        Err(error) => host::kv_set_json("notify_error", &error.to_string()),
+    }
 }
 
 export_plugin!(FeedWatcher);

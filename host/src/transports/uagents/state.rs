@@ -10,16 +10,15 @@ use tokio::sync::Semaphore;
 
 use super::error::SubmitError;
 use crate::config::Config;
-use crate::crypto::identity::{create_secret_file, read_secret_file};
+use crate::crypto::identity::create_secret_file;
 use crate::crypto::uagents::{AgentIdentity, Envelope};
 use crate::node::state::NodeState;
 use crate::peers::almanac::Resolver;
+use crate::peers::uagents::{SEED_FILE, sending_identity};
 use crate::store::{Collection, Store};
 
 /// Where older versions kept a generated seed (in the store); moved to [`SEED_FILE`].
 const SEED_KEY: &[u8] = b"uagents.seed";
-/// The generated identity seed's file under data_dir, when `uagents.seed` is empty.
-pub const SEED_FILE: &str = "uagents.seed";
 
 #[derive(Clone)]
 pub(super) struct UagentsState {
@@ -85,9 +84,7 @@ async fn seed_from_file(config: &Config, store: &Store) -> Result<AgentIdentity,
             .await
             .map_err(|e| e.to_string())?;
     }
-    let bytes = read_secret_file(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let seed = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8"))?;
-    AgentIdentity::from_seed(seed.trim()).map_err(|e| e.to_string())
+    sending_identity(config)
 }
 
 /// Accept a (sender, digest) once for as long as the envelope could be valid; returns
