@@ -368,6 +368,76 @@ fn the_node_s_key_and_limits_hold_for_every_plugin_call() {
 }
 
 #[test]
+fn the_model_s_size_time_and_concurrency_bounds_hold_and_each_is_named() {
+    let (_server, base) = standin();
+    let node = with_model(&base)
+        .env("AGORA_LLM__MAX_REQUEST_BYTES", "4000")
+        .env("AGORA_LLM__MAX_ANSWER_BYTES", "200")
+        .env("AGORA_LLM__MAX_CONCURRENT_CALLS", "1")
+        .env("AGORA_LLM__IDLE_TIMEOUT_MS", "60000")
+        .env("AGORA_LLM__TIMEOUT_MS", "2500")
+        .start();
+    let chat = |text: &str| chat_error(&node, json!({"op": "chat", "text": text}));
+
+    // Too large to send: refused before it leaves the node.
+    let sent_before = checks(&base)["accepted"].as_array().unwrap().len();
+    let (error, kind) = chat(&"x".repeat(5000));
+    assert!(
+        kind.contains("BadRequest") && error.contains("llm.max_request_bytes"),
+        "{kind}: {error}"
+    );
+    assert_eq!(checks(&base)["accepted"].as_array().unwrap().len(), sent_before);
+
+    // An answer growing past its bound ends as a failure; what came before it is kept.
+    let long = (0..60).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+    let reply = answer(&node, json!({"op": "chat", "text": long}));
+    let error = reply["error"].as_str().unwrap_or_else(|| panic!("{reply}"));
+    assert!(
+        reply["kind"].as_str().unwrap().contains("Failed") && error.contains("llm.max_answer_bytes"),
+        "{reply}"
+    );
+    let partial = reply["partial"].as_str().unwrap();
+    assert!(
+        partial.starts_with("You said: word0") && partial.len() <= 200,
+        "{partial}"
+    );
+
+    // A stream that trickles nothing after its first chunk stays within the idle
+    // timeout, but not within the whole answer's: it ends at `llm.timeout_ms`.
+    // Meanwhile it holds the node's one model slot, so a second call is refused at once.
+    std::thread::scope(|scope| {
+        let holder = scope.spawn(|| chat("[stall] holding the only slot"));
+        node.wait_until(
+            "the stalled call to reach the model",
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || {
+                checks(&base)["accepted"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a.to_string().contains("holding the only slot"))
+            },
+        );
+        let (error, kind) = chat("one more");
+        assert!(
+            kind.contains("Limited") && error.contains("llm.max_concurrent_calls"),
+            "{kind}: {error}"
+        );
+        let (error, kind) = holder.join().unwrap();
+        assert!(
+            kind.contains("TimedOut") && error.contains("llm.timeout_ms"),
+            "{kind}: {error}"
+        );
+    });
+    // The slot is free again once the stalled answer has ended.
+    assert_eq!(
+        answer(&node, json!({"op": "chat", "text": "free"}))["text"],
+        "You said: free"
+    );
+}
+
+#[test]
 fn without_a_model_configured_a_plugin_is_told_so_at_once() {
     let node = TestNode::builder().plugin(FIXTURE).start();
     let (error, kind) = chat_error(&node, json!({"op": "chat", "text": "hi"}));

@@ -366,9 +366,14 @@ impl ChatStream {
         if now >= self.deadline {
             return Err(self.timed_out("finish its answer in llm.timeout_ms"));
         }
+        let whole_answer_binds = self.deadline - now < self.idle;
         let wait = self.idle.min(self.deadline - now);
         let piece = match tokio::time::timeout(wait, self.response.chunk()).await {
-            Err(_) => return Err(self.timed_out("send the next part of its answer in time")),
+            // Named for the limit that ran out, so the operator knows which to raise.
+            Err(_) if whole_answer_binds => return Err(self.timed_out("finish its answer in llm.timeout_ms")),
+            Err(_) => {
+                return Err(self.timed_out("send the next part of its answer within llm.idle_timeout_ms"));
+            }
             Ok(Err(error)) => return Err(self.broke_off(&error.to_string())),
             Ok(Ok(piece)) => piece,
         };
