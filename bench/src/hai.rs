@@ -213,3 +213,83 @@ pub fn raise_fd_limit() -> u64 {
     }
     limit.rlim_cur
 }
+
+/// Row 13: `sessions` sessions connected at once, every one streaming
+/// `answers_each` answers back to back, all at the same time.
+pub struct ConcurrentStreams {
+    /// Time to first chunk of every answer, microseconds.
+    pub first_chunk: Histogram<u64>,
+    /// Time from sending a message to its `status: completed`, microseconds.
+    pub whole_answer: Histogram<u64>,
+    pub answers: u64,
+    pub seconds: f64,
+}
+
+/// Open `sessions` sessions (`parallel` handshakes at a time), then let every
+/// one send its `answers_each` messages at once, each read to its completion
+/// before the next goes out, as a browser tab does.
+pub async fn concurrent_streams(
+    addr: SocketAddr,
+    sessions: usize,
+    answers_each: usize,
+    parallel: usize,
+    expected: &str,
+) -> Result<ConcurrentStreams> {
+    let opened: Vec<(Socket, String)> = futures::stream::iter(0..sessions)
+        .map(|index| async move {
+            let session = format!("crowd-{index:06}-{}", uuid::Uuid::new_v4().simple());
+            connect(addr, &session).await.map(|socket| (socket, session))
+        })
+        .buffer_unordered(parallel.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_>>()?;
+    let started = Instant::now();
+    let streams = opened.into_iter().map(|(mut socket, session)| {
+        let expected = expected.to_string();
+        async move {
+            let mut first_chunk = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            let mut whole_answer = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            for index in 0..answers_each {
+                let message = json!({"type": "user_message", "content": format!("message {index}"), "session_id": session});
+                let sent = Instant::now();
+                socket.send(Message::text(message.to_string())).await?;
+                let mut first = None;
+                loop {
+                    let frame = next_frame(&mut socket).await?;
+                    match frame["type"].as_str() {
+                        Some("assistant_message_chunk") if first.is_none() => {
+                            first = Some(sent.elapsed());
+                            if frame["content"] != expected.as_str() {
+                                bail!("unexpected first chunk: {frame}");
+                            }
+                        }
+                        Some("status") if frame["status"] == "completed" => break,
+                        Some("error") => bail!("the node answered with an error: {frame}"),
+                        _ => {}
+                    }
+                }
+                let first = first.ok_or_else(|| anyhow!("an answer completed without a chunk"))?;
+                first_chunk.record((first.as_micros() as u64).max(1))?;
+                whole_answer.record((sent.elapsed().as_micros() as u64).max(1))?;
+            }
+            let _ = SinkExt::<Message>::close(&mut socket).await;
+            Ok::<_, anyhow::Error>((first_chunk, whole_answer))
+        }
+    });
+    let mut outcome = ConcurrentStreams {
+        first_chunk: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        whole_answer: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        answers: 0,
+        seconds: 0.0,
+    };
+    for result in futures::future::join_all(streams).await {
+        let (first_chunk, whole_answer) = result?;
+        outcome.answers += first_chunk.len();
+        outcome.first_chunk.add(&first_chunk)?;
+        outcome.whole_answer.add(&whole_answer)?;
+    }
+    outcome.seconds = started.elapsed().as_secs_f64();
+    Ok(outcome)
+}

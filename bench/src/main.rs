@@ -7,6 +7,7 @@
 
 mod a2a;
 mod ceiling;
+mod crowd;
 mod fleet;
 mod hai;
 mod load;
@@ -102,9 +103,9 @@ fn main() -> Result<()> {
     let wanted: Vec<u8> = if cli.rows.is_empty() {
         if cli.smoke {
             // No Python peers in smoke mode: their venvs take minutes to make.
-            vec![1, 3, 5, 6, 7, 8, 9, 10, 11, 12]
+            vec![1, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
         } else {
-            (1..=12).collect()
+            (1..=14).collect()
         }
     } else {
         cli.rows.clone()

@@ -68,6 +68,10 @@ impl Server {
         rss_kb(self.pid()).unwrap_or(0) as f64 / 1024.0
     }
 
+    pub fn peak_rss_mb(&self) -> f64 {
+        peak_rss_kb(self.pid()).unwrap_or(0) as f64 / 1024.0
+    }
+
     /// Lines logged so far (a mark for [`Server::log_since`]).
     pub fn log_len(&self) -> usize {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -114,10 +118,19 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 pub fn rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmRSS:")
+}
+
+/// The most resident memory the process has had so far (`VmHWM`).
+pub fn peak_rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmHWM:")
+}
+
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()

@@ -119,6 +119,8 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             10 => crate::fleet::row10(settings).await,
             11 => crate::a2a::row11(settings).await,
             12 => crate::mcp::row12(settings).await,
+            13 => crate::crowd::row13(settings).await,
+            14 => crate::crowd::row14(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {
@@ -298,7 +300,7 @@ fn converter_query() -> Value {
     json!({"value": 5, "from": "km", "to": "m"})
 }
 
-fn agora_target(server: &Server, path: &str, body: Bytes, check: load::CheckFn) -> Target {
+pub(crate) fn agora_target(server: &Server, path: &str, body: Bytes, check: load::CheckFn) -> Target {
     Target {
         addr: server.addr,
         path: path.into(),
@@ -308,7 +310,7 @@ fn agora_target(server: &Server, path: &str, body: Bytes, check: load::CheckFn) 
     }
 }
 
-fn agora_success() -> load::CheckFn {
+pub(crate) fn agora_success() -> load::CheckFn {
     Arc::new(|status, body| {
         status == 200 && serde_json::from_slice::<Value>(body).is_ok_and(|v| v["status"] == "success")
     })
@@ -320,13 +322,17 @@ pub(crate) fn temp_dir() -> Result<tempfile::TempDir> {
     Ok(tempfile::tempdir_in(base)?)
 }
 
-/// The node with the unit converter, and the exact request/reply of row 1.
-async fn converter_node(settings: &Settings, data: &Path) -> Result<(Server, Bytes, Bytes)> {
+/// The node with the unit converter (and `env`), and the exact request/reply of row 1.
+pub(crate) async fn converter_node(
+    settings: &Settings,
+    data: &Path,
+    env: &[(&'static str, String)],
+) -> Result<(Server, Bytes, Bytes)> {
     let (node, _) = procs::start_node(&NodeSpec {
         binary: &settings.node_bin,
         data_dir: data,
         plugins: &["unit-converter"],
-        env: &[],
+        env,
     })?;
     let request = Bytes::from(
         json!({"protocolHash": sha1_hex(converter_document()?.as_bytes()), "body": converter_query()})
@@ -345,7 +351,7 @@ async fn converter_node(settings: &Settings, data: &Path) -> Result<(Server, Byt
 
 async fn row1(settings: &Settings) -> Result<Row> {
     let data = temp_dir()?;
-    let (node, request, reply) = converter_node(settings, data.path()).await?;
+    let (node, request, reply) = converter_node(settings, data.path(), &[]).await?;
     let body_file = data.path().join("ceiling-reply.json");
     std::fs::write(&body_file, &reply)?;
     let port = procs::free_port()?;
@@ -426,7 +432,7 @@ async fn row1(settings: &Settings) -> Result<Row> {
 async fn row2(settings: &Settings) -> Result<Row> {
     let python = procs::python_venv("agora-protocol", &["agora-protocol==0.2.0"])?;
     let data = temp_dir()?;
-    let (node, request, _) = converter_node(settings, data.path()).await?;
+    let (node, request, _) = converter_node(settings, data.path(), &[]).await?;
     let storage = data.path().join("reference");
     std::fs::create_dir_all(&storage)?;
     let port = procs::free_port()?;
@@ -962,7 +968,7 @@ async fn row5(settings: &Settings) -> Result<Row> {
 /// The driver opens every session from one loopback address, where the node
 /// would see thousands of users' browsers: the per-address caps (and the total
 /// connection cap, below 10,000) are lifted so the row measures sessions, not caps.
-fn one_client_stands_for_many(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+pub(crate) fn one_client_stands_for_many(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
     let mut env: Vec<(&'static str, String)> = [
         "AGORA_HTTP__MAX_CONNECTIONS",
         "AGORA_HTTP__MAX_CONNECTIONS_PER_IP",
