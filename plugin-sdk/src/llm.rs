@@ -3,9 +3,13 @@
 //! The node holds the provider, its key and the limits; a plugin names only
 //! which provider it uses, in its [`crate::Capabilities`] (`.llm("default")`),
 //! and the node refuses any other. [`chat`] streams the answer as it arrives;
-//! [`complete`] waits for all of it.
+//! [`complete`] waits for all of it; [`ready`] says, for nothing, whether there
+//! is a model to ask.
 //!
 //! ```ignore
+//! if !llm::ready(None) {
+//!     return reply(json!({"text": "no model here"}));
+//! }
 //! let answer = llm::complete(&ChatRequest::new().system("Be brief.").user("Hi"))?;
 //! for chunk in llm::chat(&request)? {
 //!     let chunk = chunk?;
@@ -155,6 +159,14 @@ impl Iterator for ChatStream {
             }
         }
     }
+}
+
+/// Whether the node has `provider` (none: the default `[llm]`) configured and
+/// this plugin's capabilities declare it: what [`chat`] checks first, asked
+/// before gathering what a chat would need. Spends nothing; a `true` says
+/// nothing of limits or of the provider's health, so [`chat`] may still fail.
+pub fn ready(provider: Option<&str>) -> bool {
+    raw::ready(provider)
 }
 
 /// Ask the model; its answer streams from the returned iterator.

@@ -585,11 +585,15 @@ fn committed_bindings_are_what_the_pinned_tools_generate_from_the_wit() {
         &[("COMPONENTIZE_PY", &componentize_py()), ("JS_TOOLS", &tools)],
     );
     let generated = files_below(out.path());
-    // World `agent`: everything of `plugin`, and the `extensions` export's types.
+    // World `agent`: everything of `plugin`, and the `extensions` export's types;
+    // for Python, `agent-http`: that, the node's `types` by its name, and wasi:http's.
     for expected in [
         "python/wit_world/__init__.py",
         "python/wit_world/exports/extensions.py",
         "python/wit_world/imports/llm.py",
+        "python/wit_world/imports/types.py",
+        "python/wit_world/imports/outgoing_handler.py",
+        "python/wit_world/imports/wasi_http_types.py",
         "js/agent.d.ts",
         "js/interfaces/agora-node-extensions.d.ts",
     ] {
@@ -678,7 +682,9 @@ fn fixtures_out() -> PathBuf {
     dir
 }
 
-/// tests/fixtures-py/agent built for the world `agent` with the SDK's helper.
+/// tests/fixtures-py/agent built for the world `agent-http` (`agent`, and the
+/// wasi:http bindings `http_request` uses; the node's `types` keeps its name)
+/// with the SDK's helper.
 fn built_python_agent() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -690,7 +696,9 @@ fn built_python_agent() -> &'static Path {
                 "-d",
                 "plugin-sdk/wit",
                 "-w",
-                "agent",
+                "agent-http",
+                "--import-interface-name",
+                "agora:node/types@0.1.0=types",
                 "componentize",
                 "-p",
                 "tests/fixtures-py/agent",
@@ -707,7 +715,8 @@ fn built_python_agent() -> &'static Path {
 }
 
 /// tests/fixtures-js/agent type-checked against the world's declarations and
-/// the SDK's helper, and built for the world `agent`, with js-unit-converter's tools.
+/// the SDK's helper, and built for the world `agent` with `fetch()` (componentize-js's
+/// `http` feature; incoming `fetch-event`s off), with js-unit-converter's tools.
 fn built_js_agent() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -726,7 +735,6 @@ fn built_js_agent() -> &'static Path {
             "--world-name",
             "agent",
             "--disable",
-            "http",
             "fetch-event",
             "-o",
             out.to_str().unwrap(),
@@ -788,7 +796,17 @@ fn agent_scenario(node: &TestNode, plugin: &str, tool: &str) {
         "{plugin}: {unreadable}"
     );
 
-    // (b) The model, declared but not configured on this node: refused at once, typed.
+    // (b) The model, declared but not configured on this node: not ready, and a
+    // chat is refused at once, typed.
+    assert_eq!(
+        answer(json!({"op": "ready"})),
+        json!({"ready": false}),
+        "{plugin}"
+    );
+    assert_eq!(
+        answer(json!({"op": "ready", "provider": "default"})),
+        json!({"ready": false})
+    );
     let refused = answer(json!({"op": "chat", "text": "hello"}));
     assert_eq!(refused["kind"], "model", "{plugin}: {refused}");
     assert_eq!(refused["model_kind"], "not-configured", "{plugin}: {refused}");
@@ -842,6 +860,286 @@ fn a_python_plugin_for_the_agent_world_reads_settings_reaches_the_model_and_runs
 fn a_javascript_plugin_for_the_agent_world_reads_settings_reaches_the_model_and_runs_schedules() {
     let node = agent_node("fixture-js-agent", built_js_agent());
     agent_scenario(&node, "fixture-js-agent", "js_agent_echo");
+}
+
+// --- Outgoing HTTP from Python (`http_request`) and JavaScript (`fetch()`) ---
+
+/// A loopback HTTP origin answering every request with `"<name> saw <METHOD>
+/// <path> <body>"` (404 for `/missing`), counting the requests it sees.
+struct Origin {
+    port: u16,
+    hits: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Origin {
+    fn start(name: &'static str) -> Origin {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = hits.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = Self::answer(name, stream);
+            }
+        });
+        Origin { port, hits }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// One request (its body by `content-length` or chunked), one answer, then close.
+    fn answer(name: &str, stream: std::net::TcpStream) -> std::io::Result<()> {
+        use std::io::{BufRead, Read, Write};
+        let mut reader = std::io::BufReader::new(stream.try_clone()?);
+        let mut request_line = String::new();
+        reader.read_line(&mut request_line)?;
+        let (mut length, mut chunked) = (0, false);
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line)?;
+            let header = line.trim_end().to_ascii_lowercase();
+            if header.is_empty() {
+                break;
+            }
+            if let Some(value) = header.strip_prefix("content-length:") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+            if header.starts_with("transfer-encoding:") && header.contains("chunked") {
+                chunked = true;
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                reader.read_line(&mut size)?;
+                let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                let mut piece = vec![0; size + 2];
+                reader.read_exact(&mut piece)?;
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&piece[..size]);
+            }
+        } else {
+            body.resize(length, 0);
+            reader.read_exact(&mut body)?;
+        }
+        let mut parts = request_line.split_whitespace();
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let status = if path == "/missing" {
+            "404 Not Found"
+        } else {
+            "200 OK"
+        };
+        let text = format!("{name} saw {method} {path} {}", String::from_utf8_lossy(&body));
+        let mut stream = stream;
+        write!(
+            stream,
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+            text.len()
+        )?;
+        stream.flush()
+    }
+}
+
+/// The agent fixture `plugin` (built as `wasm`) on a node whose operator allows
+/// two loopback origins, of which the plugin declares one (its setting
+/// `fetch_origin`): the declared one answers through the plugin's ordinary HTTP
+/// code, the other is refused without a byte sent, naming it; the refused
+/// fixture's error, and the node's log. Also checks what both languages share.
+fn outgoing_http_scenario(plugin: &str, wasm: &Path) -> (Value, String) {
+    let allowed = Origin::start("allowed");
+    let undeclared = Origin::start("undeclared");
+    let origin = format!("http://127.0.0.1:{}", allowed.port);
+    let prefix = format!("AGORA_PLUGINS__{}__", plugin.to_uppercase());
+    let node = TestNode::builder()
+        .env(&format!("{prefix}CONFIG__FETCH_ORIGIN"), &origin)
+        .env(
+            "AGORA_OUTBOUND__ALLOWED_HOSTS",
+            format!(
+                r#"["127.0.0.1:{}", "127.0.0.1:{}"]"#,
+                allowed.port, undeclared.port
+            ),
+        )
+        .start();
+    support::install_bytes(&node.plugins_dir, plugin, &std::fs::read(wasm).unwrap());
+    node.wait_for_health_within(plugin, Duration::from_secs(300), |h| has_plugin(h, plugin));
+    let hash = crate::scripting_tools::agora_route(&node, plugin);
+    let fetch = |request: Value| {
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": request}),
+        );
+        assert_eq!(reply.status, 200, "{plugin}: {}\n{}", reply.body, node.log_text());
+        let value = reply.json();
+        assert_eq!(value["status"], "success", "{plugin}: {value}");
+        value["body"].clone()
+    };
+
+    assert_eq!(
+        fetch(json!({"op": "fetch", "url": format!("{origin}/feed.txt?since=1")})),
+        json!({"status": 200, "body": "allowed saw GET /feed.txt?since=1 "}),
+        "{plugin}\n{}",
+        node.log_text()
+    );
+    // A body larger than one write to the host's stream arrives whole.
+    let long = "ping ".repeat(5_000);
+    assert_eq!(
+        fetch(json!({"op": "fetch", "url": format!("{origin}/echo"), "method": "POST", "body": long})),
+        json!({"status": 200, "body": format!("allowed saw POST /echo {long}")}),
+        "{plugin}"
+    );
+    // A status is an answer, not an error.
+    assert_eq!(
+        fetch(json!({"op": "fetch", "url": format!("{origin}/missing")})),
+        json!({"status": 404, "body": "allowed saw GET /missing "}),
+        "{plugin}"
+    );
+    assert_eq!(allowed.hits(), 3);
+
+    // Listed by the operator, not declared by the plugin: refused, never sent.
+    let refused =
+        fetch(json!({"op": "fetch", "url": format!("http://127.0.0.1:{}/feed.txt", undeclared.port)}));
+    let error = refused["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{plugin}: {refused}"));
+    assert!(
+        error.contains(&format!("127.0.0.1:{}", undeclared.port)),
+        "{plugin}: {error}"
+    );
+    assert_eq!(undeclared.hits(), 0, "{plugin}");
+    let metrics = support::get(&node.url("/metrics")).body;
+    for expected in [
+        format!(r#"agora_plugin_http_requests_total{{plugin="{plugin}",outcome="ok"}} 3"#),
+        format!(r#"agora_plugin_http_requests_total{{plugin="{plugin}",outcome="denied"}} 1"#),
+    ] {
+        assert!(metrics.contains(&expected), "{expected}\n{metrics}");
+    }
+    // The node says why, whatever the plugin's HTTP client kept of it.
+    let why = format!(
+        "HTTP request denied: http://127.0.0.1:{} is not in the allowed_hosts of plugin {plugin}'s capabilities",
+        undeclared.port
+    );
+    let log = node.log_text();
+    assert!(log.contains(&why), "{why}\n{log}");
+    (refused, why)
+}
+
+#[test]
+fn a_python_plugin_for_the_agent_world_reaches_what_it_declares_over_http_and_nothing_else() {
+    let (refused, why) = outgoing_http_scenario("fixture-py-agent", built_python_agent());
+    // `http_request` raises the node's refusal in its words, typed.
+    assert_eq!(refused, json!({"error": why, "kind": "outbound-refused"}));
+}
+
+#[test]
+fn a_javascript_plugin_for_the_agent_world_reaches_what_it_declares_with_fetch_and_nothing_else() {
+    let wasm = built_js_agent();
+    // The wasi:http componentize-js imports for `fetch()` is one the node's linker
+    // serves: 0.2.x, no newer than the node's own (plugin-sdk/wit/deps, wasmtime-wasi-http's).
+    let node_wit =
+        std::fs::read_to_string(support::repo_root().join("plugin-sdk/wit/deps/http.wit")).unwrap();
+    let served = node_wit
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("package wasi:http@0.2.")?
+                .strip_suffix(';')?
+                .parse::<u32>()
+                .ok()
+        })
+        .expect("the node's wasi:http version");
+    let imports = js_component_imports(wasm);
+    let http: Vec<u32> = imports
+        .iter()
+        .filter_map(|import| import.strip_prefix("wasi:http/"))
+        .map(|import| {
+            let patch = import
+                .split_once("@0.2.")
+                .and_then(|(_, patch)| patch.parse().ok());
+            patch.unwrap_or_else(|| panic!("wasi:http/{import} is not 0.2.x: {imports:?}"))
+        })
+        .collect();
+    assert!(!http.is_empty(), "no wasi:http import: {imports:?}");
+    assert!(
+        http.iter().all(|&patch| patch <= served),
+        "{imports:?} vs 0.2.{served}"
+    );
+    let (refused, _) = outgoing_http_scenario("fixture-js-agent", wasm);
+    // StarlingMonkey's `fetch()` rejects with a bare network error; the fixture names the request.
+    let error = refused["error"].as_str().unwrap();
+    assert!(error.contains("NetworkError"), "{error}");
+}
+
+/// The interfaces a component imports, as jco's `wit` prints them.
+fn js_component_imports(wasm: &Path) -> Vec<String> {
+    let jco = js_installed("js-unit-converter").join("node_modules/@bytecodealliance/jco/dist/jco.js");
+    let output = output_in(
+        &support::repo_root(),
+        "node",
+        &[jco.to_str().unwrap(), "wit", wasm.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("import ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `llm.ready` says whether a chat would pass the provider check, and nothing
+/// else: true for the declared default on a node that configures it (its
+/// server is never asked), false for a provider the node configures but the
+/// plugin does not declare, and false on a node with no model.
+#[test]
+fn a_plugin_is_told_a_model_is_ready_only_when_the_node_has_it_and_the_plugin_declared_it() {
+    let ready = |node: &TestNode, request: Value| {
+        let hash = crate::scripting_tools::agora_route(node, "fixture-agent");
+        let reply = post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": hash, "body": request}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()["body"]["ready"].clone()
+    };
+    // Nothing listens here: `ready` must not reach the provider.
+    let nowhere = format!("http://127.0.0.1:{}/v1", support::free_port());
+    let node = TestNode::builder()
+        .plugin("fixture-agent")
+        .env("AGORA_LLM__BASE_URL", &nowhere)
+        .env("AGORA_LLM__MODEL", "never-called")
+        .env("AGORA_LLM__PROVIDERS__OTHER__BASE_URL", &nowhere)
+        .env("AGORA_LLM__PROVIDERS__OTHER__MODEL", "never-called")
+        .start();
+    assert_eq!(ready(&node, json!({"op": "ready"})), json!(true));
+    assert_eq!(
+        ready(&node, json!({"op": "ready", "provider": "default"})),
+        json!(true)
+    );
+    assert_eq!(
+        ready(&node, json!({"op": "ready", "provider": "other"})),
+        json!(false)
+    );
+    assert_eq!(
+        ready(&node, json!({"op": "ready", "provider": "absent"})),
+        json!(false)
+    );
+    // Asking spent nothing: no model call was counted.
+    let metrics = support::get(&node.url("/metrics")).body;
+    assert!(!metrics.contains("agora_llm_calls_total{"), "{metrics}");
+    drop(node);
+
+    let node = TestNode::builder().plugin("fixture-agent").start();
+    assert_eq!(ready(&node, json!({"op": "ready"})), json!(false));
 }
 
 /// Dropping the last handle of a runtime frees its plugins' idle warm

@@ -86,7 +86,13 @@ struct Allowed {
 impl PluginHttp {
     /// The destination is declared by the plugin and listed by the operator, or why not.
     fn check(&self, url: &url::Url) -> Result<Allowed, HttpError> {
-        let denied = |why: String| HttpError::InternalError(Some(format!("HTTP request denied: {why}")));
+        // Logged as well as answered: some clients keep only that the request
+        // failed (JavaScript's `fetch()` rejects with a bare "NetworkError").
+        let denied = |why: String| {
+            let why = format!("HTTP request denied: {why}");
+            tracing::warn!(plugin = &*self.plugin, "{why}");
+            HttpError::InternalError(Some(why))
+        };
         let destination =
             Destination::of_url(url).ok_or_else(|| denied(format!("{url} is not an http(s) URL")))?;
         let runtime =

@@ -206,6 +206,11 @@ impl wit::Host for PluginState {
             .push(stream)
             .map_err(|e| to_wit(LlmError::Failed(format!("cannot hold the answer: {e}"))))
     }
+
+    /// The provider check of `chat`, alone: nothing is counted or spent.
+    async fn ready(&mut self, provider: Option<String>) -> bool {
+        self.llm_provider(provider.as_deref()).is_ok()
+    }
 }
 
 impl wit::HostChatStream for PluginState {

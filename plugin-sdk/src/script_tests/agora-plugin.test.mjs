@@ -180,6 +180,13 @@ assert.equal(stream.released, true);
 globalThis.host = { chat: refuse({ kind: "not-configured", message: "no language model is configured" }) };
 assert.throws(() => sdk.chat(new sdk.ChatRequest().user("hi")), (e) => e.modelKind === "not-configured" && e.message === "no language model is configured");
 
+// modelReady asks the host about the provider it names, the default when none.
+const asked = [];
+globalThis.host = { ready: (provider) => (asked.push(provider), provider === undefined) };
+assert.equal(sdk.modelReady(), true);
+assert.equal(sdk.modelReady("hosted"), false);
+assert.deepEqual(asked, [undefined, "hosted"]);
+
 // Capabilities and ticks.
 assert.equal(sdk.capabilities({}), "{}");
 assert.equal(

@@ -13,3 +13,4 @@ export const outbound = call("outbound");
 export const configGet = call("configGet");
 export const listTools = call("listTools");
 export const chat = call("chat");
+export const ready = call("ready");

@@ -4,11 +4,13 @@ run by `cargo test -p agora-plugin-sdk`, with the bindings folder on sys.path.""
 
 import dataclasses
 import unittest
+from types import SimpleNamespace
 from typing import Optional
 
 import agora_plugin as sdk
-from componentize_py_types import Err
-from wit_world.imports import host, llm, types
+from componentize_py_types import Err, Ok
+from wit_world.imports import host, llm, streams, types
+from wit_world.imports import wasi_http_types as http
 
 
 def refuse(message):
@@ -208,6 +210,13 @@ class AgentCapabilities(unittest.TestCase):
         self.assertEqual(caught.exception.model_kind, "not-configured")
         self.assertEqual(str(caught.exception), "no language model is configured")
 
+    def test_model_ready_asks_about_the_provider_named_the_default_when_none(self):
+        asked = []
+        llm.ready = lambda provider: asked.append(provider) or provider is None
+        self.assertIs(sdk.model_ready(), True)
+        self.assertIs(sdk.model_ready("hosted"), False)
+        self.assertEqual(asked, [None, "hosted"])
+
     def test_capabilities_and_ticks(self):
         self.assertEqual(sdk.capabilities(), "{}")
         self.assertEqual(
@@ -234,6 +243,236 @@ class AgentCapabilities(unittest.TestCase):
             with self.assertRaises(Err) as caught:
                 sdk.dispatch_tick(name, schedules)
             self.assertEqual(caught.exception.value, error)
+
+
+class OutgoingHttp(unittest.TestCase):
+    """`http_request` over a stand-in of wasi:http that answers as the node does."""
+
+    def setUp(self):
+        self.modules = sdk._http_modules
+
+    def tearDown(self):
+        sdk._http_modules = self.modules
+
+    def wasi_http(self, answer, *, refused_at_handle=None):
+        """Install a wasi:http whose requests get `answer`: `(status, headers, body
+        pieces)` or an error-code; what was sent, and the resources released in order."""
+        sent = {"body": b""}
+        released = []
+
+        class Resource:
+            label = ""
+
+            def __exit__(self, *_):
+                released.append(self.label)
+
+        class Fields(Resource):
+            label = "headers"
+
+            def __init__(self, entries):
+                self.list = entries
+
+            @classmethod
+            def from_list(cls, entries):
+                if any(not name or " " in name for name, _ in entries):
+                    raise Err(http.HeaderError_InvalidSyntax())
+                return cls(entries)
+
+            def entries(self):
+                return self.list
+
+        class Sink(Resource):
+            label = "sink"
+
+            def blocking_write_and_flush(self, data):
+                assert len(data) <= 4096, len(data)
+                sent["body"] += data
+
+        class OutgoingBody(Resource):
+            label = "request body"
+
+            def write(self):
+                return Sink()
+
+            @classmethod
+            def finish(cls, this, trailers):
+                released.append("request body finished")
+
+        class OutgoingRequest(Resource):
+            label = "request"
+
+            def __init__(self, fields):
+                sent["headers"] = fields.entries()
+
+            def set_method(self, method):
+                sent["method"] = method
+
+            def set_scheme(self, scheme):
+                sent["scheme"] = scheme
+
+            def set_authority(self, authority):
+                sent["authority"] = authority
+
+            def set_path_with_query(self, path):
+                sent["path"] = path
+
+            def body(self):
+                return OutgoingBody()
+
+        class Stream(Resource):
+            label = "stream"
+
+            def __init__(self, pieces):
+                self.pieces = list(pieces)
+
+            def blocking_read(self, _most):
+                if not self.pieces:
+                    raise Err(streams.StreamError_Closed())
+                piece = self.pieces.pop(0)
+                if isinstance(piece, Exception):
+                    raise piece
+                return piece
+
+        class IncomingBody(Resource):
+            label = "answer body"
+
+            def __init__(self, pieces):
+                self.pieces = pieces
+
+            def stream(self):
+                return Stream(self.pieces)
+
+            @classmethod
+            def finish(cls, this):
+                trailers = Resource()
+                trailers.label = "trailers"
+                return trailers
+
+        class Response(Resource):
+            label = "response"
+
+            def status(self):
+                return answer[0]
+
+            def headers(self):
+                return Fields(answer[1])
+
+            def consume(self):
+                return IncomingBody(answer[2])
+
+        class Pollable(Resource):
+            label = "pollable"
+
+            def block(self):
+                pass
+
+        class Future(Resource):
+            label = "future"
+            waited = False
+
+            def subscribe(self):
+                self.waited = True
+                return Pollable()
+
+            def get(self):
+                if not self.waited:
+                    return None
+                return Ok(Ok(Response())) if isinstance(answer, tuple) else Ok(Err(answer))
+
+        def handle(request, options):
+            if refused_at_handle is not None:
+                raise Err(refused_at_handle)
+            return Future()
+
+        names = {name: getattr(http, name) for name in dir(http) if not name.startswith("_")}
+        fake = SimpleNamespace(**names)
+        fake.Fields, fake.OutgoingRequest, fake.OutgoingBody, fake.IncomingBody = (
+            Fields,
+            OutgoingRequest,
+            OutgoingBody,
+            IncomingBody,
+        )
+        sdk._http_modules = (SimpleNamespace(handle=handle), streams, fake)
+        return sent, released
+
+    def refusal(self, call):
+        with self.assertRaises(sdk.HostError) as caught:
+            call()
+        return caught.exception
+
+    def test_a_get_is_sent_as_the_url_says_and_its_answer_read_whole(self):
+        headers = [("Content-Type", b"application/json"), ("Set-Cookie", b"a"), ("Set-Cookie", b"b")]
+        sent, released = self.wasi_http((200, headers, [b'{"items": ', b"[1, 2]}"]))
+        response = sdk.http_get("https://api.example.org/v1/items?q=1#top", {"Accept": "application/json"})
+        self.assertEqual(response.status, 200)
+        self.assertEqual(response.json(), {"items": [1, 2]})
+        self.assertEqual(response.header("content-TYPE"), "application/json")
+        self.assertEqual([v for k, v in response.headers if k == "set-cookie"], ["a", "b"])
+        self.assertEqual(
+            (sent["method"], sent["scheme"], sent["authority"], sent["path"], sent["headers"]),
+            (http.Method_Get(), http.Scheme_Https(), "api.example.org", "/v1/items?q=1", [("Accept", b"application/json")]),
+        )
+        # Children before their parents: a parent released first traps the plugin.
+        self.assertLess(released.index("sink"), released.index("request body finished"))
+        self.assertLess(released.index("headers"), released.index("response"))
+        self.assertLess(released.index("stream"), released.index("trailers"))
+        self.assertIn("future", released)
+
+    def test_a_body_is_written_in_pieces_the_stream_takes(self):
+        sent, _ = self.wasi_http((201, [], [b"made"]))
+        data = bytes(range(256)) * 40
+        response = sdk.http_request("post", "http://127.0.0.1:8080", body=data)
+        self.assertEqual((response.status, response.text()), (201, "made"))
+        self.assertEqual((sent["method"], sent["path"], sent["body"]), (http.Method_Post(), "/", data))
+        sent, _ = self.wasi_http((200, [], []))
+        sdk.http_request("PROPFIND", "http://h/x", body="é")
+        self.assertEqual((sent["method"], sent["body"]), (http.Method_Other("PROPFIND"), "é".encode()))
+
+    def test_a_status_is_an_answer_not_an_error(self):
+        self.wasi_http((404, [], [b"no such thing"]))
+        response = sdk.http_get("http://h/missing")
+        self.assertEqual((response.status, response.text()), (404, "no such thing"))
+        with self.assertRaises(sdk.HostError) as caught:
+            response.json()
+        self.assertEqual(caught.exception.kind, "invalid-data")
+
+    def test_the_nodes_refusal_is_outbound_refused_in_its_words(self):
+        words = "HTTP request denied: http://127.0.0.1:9 is not in the allowed_hosts of plugin p's capabilities"
+        self.wasi_http(http.ErrorCode_InternalError(words))
+        error = self.refusal(lambda: sdk.http_get("http://127.0.0.1:9/feed"))
+        self.assertEqual((error.kind, error.message), ("outbound-refused", words))
+        self.wasi_http(None, refused_at_handle=http.ErrorCode_HttpRequestUriInvalid())
+        error = self.refusal(lambda: sdk.http_get("http://h/"))
+        self.assertEqual((error.kind, error.message), ("outbound-refused", "GET http://h/ refused: http-request-uri-invalid"))
+
+    def test_failures_on_the_way_are_outbound_failed_naming_the_request(self):
+        for code, words in [
+            (http.ErrorCode_ConnectionRefused(), "connection-refused"),
+            (http.ErrorCode_HttpResponseTimeout(), "http-response-timeout"),
+            (http.ErrorCode_HttpResponseBodySize(100), "http-response-body-size (100)"),
+            (http.ErrorCode_InternalError("broken pipe"), "broken pipe"),
+        ]:
+            self.wasi_http(code)
+            error = self.refusal(lambda: sdk.http_get("http://127.0.0.1:9/x"))
+            self.assertEqual((error.kind, error.message), ("outbound-failed", f"GET http://127.0.0.1:9/x failed: {words}"))
+        broken = SimpleNamespace(to_debug_string=lambda: "reset by peer")
+        self.wasi_http((200, [], [b"part", Err(streams.StreamError_LastOperationFailed(broken))]))
+        error = self.refusal(lambda: sdk.http_get("http://h/"))
+        self.assertEqual(error.kind, "outbound-failed")
+        self.assertIn("reset by peer", error.message)
+
+    def test_what_is_never_sent(self):
+        self.wasi_http((200, [], []))
+        for url in ["ftp://h/x", "not a url", "http:///path"]:
+            error = self.refusal(lambda: sdk.http_get(url))
+            self.assertEqual(error.kind, "outbound-refused", url)
+            self.assertIn(url, error.message)
+        error = self.refusal(lambda: sdk.http_get("http://h/", {"bad name": "x"}))
+        self.assertEqual(error.kind, "outbound-refused")
+        sdk._http_modules = None
+        error = self.refusal(lambda: sdk.http_get("http://h/"))
+        self.assertEqual(error.kind, "outbound-refused")
+        self.assertIn("-w agent-http", error.message)
 
 
 class ToolArguments(unittest.TestCase):

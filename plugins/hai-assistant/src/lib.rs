@@ -11,7 +11,8 @@
 //! plugin tool offered as the model's tools: the answer streams as it arrives,
 //! and a tool the model calls goes through `host::call_tool`, so a risky one
 //! still waits for the human, whose rejection and feedback go back to the model
-//! as the tool's result. Without a model (the embedded default) the rules above answer.
+//! as the tool's result. Without a model (the embedded default) the rules above
+//! answer, told so by `llm::ready` before anything is gathered for a model.
 //!
 //! The host owns the frames, tools and approvals; this plugin only decides what to say.
 
@@ -42,13 +43,17 @@ impl Plugin for Assistant {
 
     fn handle(message: Message) -> Result<String, Failure> {
         let body: Body = message.json()?;
-        match model_turn(&body.content) {
-            Err(HostError::Model {
-                kind: ErrorKind::NotConfigured,
-                ..
-            }) => {}
-            Err(error) => return Err(Failure::internal(format!("the language model failed: {error}"))),
-            Ok(answer) => return reply(json!({"content": answer})),
+        // Asked first: a turn for the model reads the history and the tool list.
+        if llm::ready(None) {
+            match model_turn(&body.content) {
+                // Unconfigured since (a reload): the rules answer.
+                Err(HostError::Model {
+                    kind: ErrorKind::NotConfigured,
+                    ..
+                }) => {}
+                Err(error) => return Err(Failure::internal(format!("the language model failed: {error}"))),
+                Ok(answer) => return reply(json!({"content": answer})),
+            }
         }
         let lower = body.content.to_lowercase();
         let answer = if lower.contains("what did i say first") {

@@ -11,12 +11,17 @@
 // - `get` `{key}` → `{"value": setting or null}`, or `{"error", "kind"}` of the HostError;
 // - `chat` `{text}` → `{"text"}` of the model's whole answer (`complete`), or
 //   `{"error", "kind", "model_kind"}` of the HostError;
+// - `ready` `{provider?}` → `{"ready": bool}` (`modelReady`);
 // - `tools` → `{"tools": [{"name", "risk", "parameters"}]}` (`listTools`);
-// - `ticks` → `{"count": n}`, the runs of the schedule `count` so far.
+// - `ticks` → `{"count": n}`, the runs of the schedule `count` so far;
+// - `fetch` `{url, method?, body?}` → `{"status", "body"}` of a request with the
+//   global `fetch()` (componentize-js sends it through the host's `wasi:http`), or
+//   `{"error"}` naming the request.
 //
-// Capabilities: the default model, and two schedules every second: `count` adds
-// one to `ticks`; `unreadable` reads the setting `gone` (a secret the tests
-// leave unset), so its runs fail with the host's settings error.
+// Capabilities: the default model; outgoing HTTP to the origin in the setting
+// `fetch_origin`, when set; and two schedules every second: `count` adds one to
+// `ticks`; `unreadable` reads the setting `gone` (a secret the tests leave
+// unset), so its runs fail with the host's settings error.
 
 import {
   badRequest,
@@ -32,6 +37,7 @@ import {
   kvSetJson,
   listTools,
   manifest as manifestOf,
+  modelReady,
   string,
   toolArguments,
 } from "../../../plugin-sdk/bindings/js/agora-plugin.js";
@@ -44,7 +50,7 @@ const DOCUMENT =
   "description: settings, model and schedules of the agent world, in JavaScript\n" +
   "multiround: false\n" +
   "---\n" +
-  'body: {"op": "greet" | "get" | "chat" | "tools" | "ticks", …}.\n';
+  'body: {"op": "greet" | "get" | "chat" | "ready" | "tools" | "ticks" | "fetch", …}.\n';
 
 /** @returns {Manifest} */
 export function manifest() {
@@ -74,8 +80,23 @@ function modelAnswer(text) {
   }
 }
 
-/** @param {Message} message @returns {string} */
-export function handle(message) {
+/**
+ * A request with the global `fetch()`, as any JavaScript makes it. StarlingMonkey
+ * rejects a destination the node refuses as it rejects an unreachable one (a bare
+ * "NetworkError"; the node's log says why), so the error names where it went.
+ * @param {string} url @param {string} method @param {string | undefined} body
+ */
+async function fetched(url, method, body) {
+  try {
+    const response = await fetch(url, { method, body });
+    return { status: response.status, body: await response.text() };
+  } catch (error) {
+    return { error: `${method} ${url}: ${error instanceof Error ? error.message : String(error)}` };
+  }
+}
+
+/** @param {Message} message @returns {Promise<string>} */
+export async function handle(message) {
   const request = jsonObject(message.body);
   if (request === null) throw badRequest("the body must be an object");
   const text = String(request.text ?? "");
@@ -93,12 +114,22 @@ export function handle(message) {
       }
     case "chat":
       return JSON.stringify(modelAnswer(text));
+    case "ready":
+      return JSON.stringify({ ready: modelReady(request.provider === undefined ? undefined : String(request.provider)) });
     case "tools":
       return JSON.stringify({
         tools: listTools().map((t) => ({ name: t.name, risk: t.risk, parameters: t.parameters })),
       });
     case "ticks":
       return JSON.stringify({ count: kvGetJson("ticks") ?? 0 });
+    case "fetch":
+      return JSON.stringify(
+        await fetched(
+          String(request.url ?? ""),
+          String(request.method ?? "GET"),
+          request.body === undefined ? undefined : String(request.body),
+        ),
+      );
     default:
       throw badRequest(`unknown op ${JSON.stringify(request.op)}`);
   }
@@ -113,7 +144,14 @@ export function runTool(name, argumentsText) {
 
 export const extensions = {
   /** @returns {string} */
-  capabilities: () => capabilities({ llm: ["default"], schedules: { count: "1s", unreadable: "1s" } }),
+  capabilities: () => {
+    const origin = configGet("fetch_origin");
+    return capabilities({
+      llm: ["default"],
+      schedules: { count: "1s", unreadable: "1s" },
+      allowedHosts: origin === undefined ? [] : [origin],
+    });
+  },
   /** @param {string} name @returns {void} */
   tick: (name) =>
     dispatchTick(name, {

@@ -2,7 +2,9 @@
 through the SDK's helper (plugin-sdk/bindings/python/agora_plugin.py), each
 reachable by a plain Agora request over a real socket, so a test
 (tests/e2e/scripting.rs) reads back what the host gave the plugin or the
-HostError it raised. Built with `componentize-py -w agent` by the test.
+HostError it raised. Built by the test with `componentize-py -w agent-http
+--import-interface-name agora:node/types@0.1.0=types` (world `agent` with
+wasi:http named, the node's `types` kept as `types`).
 
 Body `{"op": …}`:
 - `greet` `{text}` → `{"reply": "<greeting>: <text>"}`, the setting `greeting`
@@ -10,16 +12,21 @@ Body `{"op": …}`:
 - `get` `{key}` → `{"value": setting or null}`, or `{"error", "kind"}` of the HostError;
 - `chat` `{text}` → `{"text"}` of the model's whole answer (`complete`), or
   `{"error", "kind", "model_kind"}` of the HostError;
+- `ready` `{provider?}` → `{"ready": bool}` (`model_ready`);
 - `tools` → `{"tools": [{"name", "risk", "parameters"}]}` (`list_tools`);
-- `ticks` → `{"count": n}`, the runs of the schedule `count` so far.
+- `ticks` → `{"count": n}`, the runs of the schedule `count` so far;
+- `fetch` `{url, method?, body?}` → `{"status", "body"}` of a request through
+  the node's wasi:http (`http_request`), or `{"error", "kind"}` of the HostError.
 
-Capabilities: the default model, and two schedules every second: `count` adds
-one to `ticks`; `unreadable` reads the setting `gone` (a secret the tests
-leave unset), so its runs fail with the host's settings error.
+Capabilities: the default model; outgoing HTTP to the origin in the setting
+`fetch_origin`, when set; and two schedules every second: `count` adds one to
+`ticks`; `unreadable` reads the setting `gone` (a secret the tests leave
+unset), so its runs fail with the host's settings error.
 """
 
 import dataclasses
 import json
+from typing import Optional
 
 import wit_world
 from wit_world import exports
@@ -32,7 +39,7 @@ DOCUMENT = (
     "description: settings, model and schedules of the agent world, in Python\n"
     "multiround: false\n"
     "---\n"
-    'body: {"op": "greet" | "get" | "chat" | "tools" | "ticks", …}.\n'
+    'body: {"op": "greet" | "get" | "chat" | "ready" | "tools" | "ticks" | "fetch", …}.\n'
 )
 
 ECHO = types.Tool(
@@ -61,6 +68,14 @@ def model_answer(text: str) -> dict:
     return {"text": answer.text}
 
 
+def fetched(url: str, method: str, body: Optional[str]) -> dict:
+    try:
+        response = agora_plugin.http_request(method, url, body=body)
+    except agora_plugin.HostError as error:
+        return {"error": error.message, "kind": error.kind}
+    return {"status": response.status, "body": response.text()}
+
+
 class WitWorld(wit_world.WitWorld):
     def manifest(self) -> types.Manifest:
         return agora_plugin.manifest("fixture-py-agent", "1.0.0", protocols=[DOCUMENT], tools=[ECHO])
@@ -81,11 +96,17 @@ class WitWorld(wit_world.WitWorld):
                 return json.dumps({"error": error.message, "kind": error.kind})
         if op == "chat":
             return json.dumps(model_answer(text))
+        if op == "ready":
+            provider = request.get("provider")
+            return json.dumps({"ready": agora_plugin.model_ready(None if provider is None else str(provider))})
         if op == "tools":
             tools = [{"name": t["name"], "risk": t["risk"], "parameters": t["parameters"]} for t in agora_plugin.list_tools()]
             return json.dumps({"tools": tools})
         if op == "ticks":
             return json.dumps({"count": agora_plugin.kv_get_json("ticks") or 0})
+        if op == "fetch":
+            body = None if request.get("body") is None else str(request["body"])
+            return json.dumps(fetched(str(request.get("url", "")), str(request.get("method", "GET")), body))
         raise agora_plugin.bad_request(f"unknown op {op!r}")
 
     def run_tool(self, name: str, arguments: str) -> str:
@@ -102,7 +123,12 @@ def unreadable() -> None:
 
 class Extensions(exports.Extensions):
     def capabilities(self) -> str:
-        return agora_plugin.capabilities(llm=["default"], schedules={"count": "1s", "unreadable": "1s"})
+        origin = agora_plugin.config_get("fetch_origin")
+        return agora_plugin.capabilities(
+            llm=["default"],
+            schedules={"count": "1s", "unreadable": "1s"},
+            allowed_hosts=[origin] if origin else [],
+        )
 
     def tick(self, name: str) -> None:
         agora_plugin.dispatch_tick(name, {"count": count, "unreadable": unreadable})

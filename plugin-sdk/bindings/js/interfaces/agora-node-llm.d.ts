@@ -5,6 +5,14 @@ declare module 'agora:node/llm@0.1.0' {
    */
   export function chat(request: ChatRequest): ChatStream;
   /**
+   * Whether the node has the provider `provider` (none: the default `[llm]`)
+   * configured and the plugin's capabilities declare it: what `chat` checks
+   * first, asked before gathering what a chat would need (the history, the
+   * tools). Spends nothing (no call, no limit) and says nothing of limits or
+   * of the provider's health: `chat` may still fail.
+   */
+  export function ready(provider: string | undefined): boolean;
+  /**
    * # Variants
    * 
    * ## `"system"`

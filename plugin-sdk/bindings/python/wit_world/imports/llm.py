@@ -115,3 +115,12 @@ def chat(request: ChatRequest) -> ChatStream:
     Raises: `componentize_py_types.Err(wit_world.imports.llm.LlmError)`
     """
     raise NotImplementedError
+def ready(provider: Optional[str]) -> bool:
+    """
+    Whether the node has the provider `provider` (none: the default `[llm]`)
+    configured and the plugin's capabilities declare it: what `chat` checks
+    first, asked before gathering what a chat would need (the history, the
+    tools). Spends nothing (no call, no limit) and says nothing of limits or
+    of the provider's health: `chat` may still fail.
+    """
+    raise NotImplementedError
