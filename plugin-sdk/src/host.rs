@@ -98,7 +98,10 @@ pub fn history() -> Result<Vec<HistoryEntry>, HostError> {
 }
 
 /// Call another agent over `transport` (only hosts the node allows); the
-/// answer is the peer's JSON text.
+/// answer is the peer's JSON text. What `body` holds per transport is in the
+/// WIT (`outbound-request`): for [`Transport::Uagents`],
+/// `{"target": "agent1…", "schema": <the model's JSON schema>, "message": {…}}`
+/// sends a message the node signs as its own uAgents address.
 pub fn outbound<T: Serialize + ?Sized>(
     transport: Transport,
     url: &str,

@@ -82,7 +82,11 @@ declare module 'agora:node/host@0.1.0' {
      */
     url: string,
     /**
-     * JSON text: for `agora`, `{"body": …, "protocol": "<document text>"?}`.
+     * JSON text: for `agora`, `{"body": …, "protocol": "<document text>"?}`;
+     * for `envelope`, `{"resource", "params"?, "budget"?, "timeout"?, "payment_proof"?}`;
+     * for `uagents`, `{"target": "agent1…", "schema": {…} | "schema_digest": "model:…",
+     * "message": {…}, "sync": bool?}` (the node signs as its own address).
+     * `arena` and `hai` have no outbound calls.
      */
     body: string,
   }
