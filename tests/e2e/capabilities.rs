@@ -46,7 +46,7 @@ fn python() -> PathBuf {
 }
 
 /// The stand-in model server on a free port, and its base URL (`…/v1`).
-fn standin() -> (Script, String) {
+pub(crate) fn standin() -> (Script, String) {
     let port = support::free_port();
     let script = Script::start_in(
         &python(),
@@ -58,13 +58,17 @@ fn standin() -> (Script, String) {
     (script, format!("http://127.0.0.1:{port}"))
 }
 
-fn checks(standin: &str) -> Value {
+pub(crate) fn checks(standin: &str) -> Value {
     support::get_json(&format!("{standin}/checks")).expect("the stand-in's checks")
 }
 
 fn with_model(standin: &str) -> NodeBuilder {
-    TestNode::builder()
-        .plugin(FIXTURE)
+    model_configured(TestNode::builder().plugin(FIXTURE), standin)
+}
+
+/// `builder` with the stand-in at `standin` as the node's default model, its key in the environment.
+pub(crate) fn model_configured(builder: NodeBuilder, standin: &str) -> NodeBuilder {
+    builder
         .env("AGORA_LLM__BASE_URL", format!("{standin}/v1"))
         .env("AGORA_LLM__MODEL", "standin-model")
         .env("AGORA_LLM__API_KEY_ENV", KEY_ENV)

@@ -748,9 +748,13 @@ fn built_js_agent() -> &'static Path {
 /// `greeting` given as an environment variable, its secret `gone` named but
 /// unset, and no language model configured.
 fn agent_node(plugin: &str, wasm: &Path) -> TestNode {
+    agent_node_from(TestNode::builder(), plugin, wasm)
+}
+
+fn agent_node_from(builder: support::NodeBuilder, plugin: &str, wasm: &Path) -> TestNode {
     // Figment lower-cases the keys; a plugin's `-` is fine in a variable's name.
     let prefix = format!("AGORA_PLUGINS__{}__", plugin.to_uppercase());
-    let node = TestNode::builder()
+    let node = builder
         .env(&format!("{prefix}CONFIG__GREETING"), "hey")
         .env(&format!("{prefix}SECRETS__GONE__ENV"), UNSET_SECRET)
         .start();
@@ -860,6 +864,42 @@ fn a_python_plugin_for_the_agent_world_reads_settings_reaches_the_model_and_runs
 fn a_javascript_plugin_for_the_agent_world_reads_settings_reaches_the_model_and_runs_schedules() {
     let node = agent_node("fixture-js-agent", built_js_agent());
     agent_scenario(&node, "fixture-js-agent", "js_agent_echo");
+}
+
+/// Each language's `complete` against the stand-in model server (its requests
+/// and answers checked with the `openai` package's types): the SDK's request
+/// goes out as the protocol's, and the streamed answer comes back whole.
+#[test]
+fn python_and_javascript_plugins_get_the_model_s_streamed_answer() {
+    let (_standin, base) = crate::capabilities::standin();
+    for (plugin, wasm) in [
+        ("fixture-py-agent", built_python_agent()),
+        ("fixture-js-agent", built_js_agent()),
+    ] {
+        let builder = crate::capabilities::model_configured(TestNode::builder(), &base);
+        let node = agent_node_from(builder, plugin, wasm);
+        let hash = crate::scripting_tools::agora_route(&node, plugin);
+        let answer = |body: Value| {
+            let reply = post_json(&node.url("/agora"), &json!({"protocolHash": hash, "body": body}));
+            assert_eq!(reply.status, 200, "{plugin}: {}", reply.body);
+            reply.json()["body"].clone()
+        };
+        assert_eq!(answer(json!({"op": "ready"})), json!({"ready": true}), "{plugin}");
+        assert_eq!(
+            answer(json!({"op": "chat", "text": "several words, streamed one by one"})),
+            json!({"text": "You said: several words, streamed one by one"}),
+            "{plugin}"
+        );
+        // A provider failure reaches the plugin as the SDK's typed error.
+        let failed = answer(json!({"op": "chat", "text": "[error 500]"}));
+        assert_eq!(failed["kind"], "model", "{plugin}: {failed}");
+        assert_eq!(failed["model_kind"], "failed", "{plugin}: {failed}");
+    }
+    let accepted = crate::capabilities::checks(&base)["accepted"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(accepted, 4, "two chats per language reached the model");
 }
 
 // --- Outgoing HTTP from Python (`http_request`) and JavaScript (`fetch()`) ---
