@@ -13,8 +13,8 @@ use crate::hai::{Client, of_type, position, session_id, streamed_text};
 use crate::support::{self, HttpReply, NodeBuilder, TestNode, document_hash, post_json};
 use crate::uagents::{EchoAgent, LISTENER_SEED, NODE_SEED, Script, identity};
 
-const FIXTURE: &str = "fixture-agent";
-const DOCUMENT: &str = "name: Agent capabilities fixture\ndescription: settings, model and schedules of the agent world\nmultiround: false\n---\nbody: {\"op\": \"get\" | \"leak\" | \"chat\" | \"ticks\", …}.\n";
+pub(crate) const FIXTURE: &str = "fixture-agent";
+pub(crate) const DOCUMENT: &str = "name: Agent capabilities fixture\ndescription: settings, model and schedules of the agent world\nmultiround: false\n---\nbody: {\"op\": \"get\" | \"leak\" | \"chat\" | \"ticks\", …}.\n";
 /// The stand-in's key, known to the node only through `llm.api_key_env`.
 const KEY: &str = "sk-standin-0123456789";
 const KEY_ENV: &str = "LLM_STANDIN_TEST_KEY";

@@ -371,3 +371,53 @@ fn a_lost_database_is_answered_503_in_each_protocol_and_the_node_recovers_withou
     let echoed = submit(&node, &message_envelope(&sender, &address, "back"), true);
     assert_eq!(echoed.status, 200, "{}", echoed.body);
 }
+
+/// A fleet is one agent: each due tick of a schedule runs on one node, the
+/// other counting it as run elsewhere (without the claim, two nodes would
+/// each run every tick, twice the plugin's work: two polls, two messages).
+#[test]
+fn each_scheduled_tick_runs_once_in_the_fleet() {
+    use crate::capabilities::{DOCUMENT, FIXTURE};
+    let started = std::time::Instant::now();
+    let (a, b) = two_nodes(&[FIXTURE]);
+    let ticks = |node: &TestNode| {
+        let reply = support::post_json(
+            &node.url("/agora"),
+            &json!({"protocolHash": support::document_hash(DOCUMENT), "body": {"op": "ticks"}}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()["body"].clone()
+    };
+    let elsewhere = |node: &TestNode| {
+        support::get(&node.url("/metrics"))
+            .body
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(
+                    r#"agora_schedule_runs_total{plugin="fixture-agent",outcome="elsewhere"} "#,
+                )?
+                .trim()
+                .parse::<u64>()
+                .ok()
+            })
+            .unwrap_or(0)
+    };
+    a.wait_until(
+        "both nodes to see ticks",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || elsewhere(&a) >= 3 && elsewhere(&b) >= 3,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    // Two schedules every second, each counted in the shared key-value store.
+    let seen = ticks(&a);
+    assert_eq!(seen, ticks(&b), "one store");
+    let bound = started.elapsed().as_secs() + 1;
+    for schedule in ["count", "slow"] {
+        let runs = seen[schedule].as_u64().unwrap();
+        assert!(
+            runs >= 3 && runs <= bound,
+            "{schedule}: {runs} runs in under {bound} s: {seen}"
+        );
+    }
+}

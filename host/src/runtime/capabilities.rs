@@ -44,25 +44,29 @@ pub struct Schedule {
 /// How a schedule's next run is found.
 #[derive(Debug, Clone)]
 pub enum When {
-    /// A fixed interval from the end of the previous wait.
+    /// Every so long, at the multiples of the interval since the Unix epoch,
+    /// so that every node of a fleet finds the same due times.
     Interval(Duration),
     /// A cron pattern, in UTC.
     Cron(Box<croner::Cron>),
 }
 
 impl When {
-    /// How long from now until the next run.
-    pub fn next_in(&self) -> Duration {
+    /// When the next run is due after `now_ms` (milliseconds since the Unix
+    /// epoch): the same instant on every node, which a fleet claims once.
+    pub fn next_due(&self, now_ms: u64) -> u64 {
         match self {
-            When::Interval(interval) => *interval,
-            When::Cron(cron) => {
-                let now = chrono::Utc::now();
-                cron.find_next_occurrence(&now, false)
-                    .ok()
-                    .and_then(|next| (next - now).to_std().ok())
-                    .unwrap_or(Duration::from_secs(60))
-                    .max(MIN_INTERVAL)
+            When::Interval(interval) => {
+                let step = (interval.as_millis() as u64).max(MIN_INTERVAL.as_millis() as u64);
+                (now_ms / step + 1) * step
             }
+            When::Cron(cron) => chrono::DateTime::from_timestamp_millis(now_ms as i64)
+                .and_then(|now| cron.find_next_occurrence(&now, false).ok())
+                // Whole seconds: croner carries `now`'s milliseconds into the
+                // occurrence, which would differ from node to node.
+                .map(|next| next.timestamp() as u64 * 1000)
+                // A pattern with no next occurrence (as parsed, none): try again in a minute.
+                .unwrap_or(now_ms + 60_000),
         }
     }
 }
@@ -171,8 +175,10 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.llm, ["default"]);
         assert!(matches!(parsed.schedules[0].when, When::Interval(d) if d == Duration::from_secs(30)));
-        let next = parsed.schedules[1].when.next_in();
-        assert!(next <= Duration::from_secs(86_400), "{next:?}");
+        // 2026-12-02T10:00:00.250Z: the interval's next multiple, and 03:00 the next day.
+        let now = 1_796_205_600_250;
+        assert_eq!(parsed.schedules[0].when.next_due(now), 1_796_205_630_000);
+        assert_eq!(parsed.schedules[1].when.next_due(now), 1_796_266_800_000);
     }
 
     #[test]

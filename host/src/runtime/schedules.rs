@@ -11,14 +11,28 @@
 //! replaced or removed its timers stop at once; a run already going finishes
 //! on the version it started with (bounded by `plugins.call_timeout_ms`).
 //! The node's shutdown ends every timer with the runtime.
+//!
+//! A fleet on a shared store is one agent, so a tick runs once in the fleet,
+//! not once per node: due times are the same on every node (intervals fall on
+//! their multiples since the Unix epoch, cron patterns on their occurrences),
+//! and the node that claims a due time in the store first (an insert-if-absent
+//! of `schedule\0plugin\0name\0due`) runs it; the others count the tick as
+//! run `elsewhere`. A node too busy to take a tick does not claim it, so
+//! another may.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
+use std::time::Duration;
+
 use super::bindings::agent::exports::agora::node::extensions::GuestIndices as AgentIndices;
 use super::exchange::Exchange;
 use super::{InvokeError, LoadedPlugin, Runtime, RuntimeInner, instance};
+use crate::store::Collection;
+
+/// How long a fleet's claim on a tick is kept after its due time.
+const CLAIM_KEPT_MS: u64 = 10 * 60 * 1000;
 
 /// The timer tasks of the plugin versions now loaded, by content hash and file.
 #[derive(Default)]
@@ -81,6 +95,27 @@ impl Runtime {
         }
     }
 
+    /// Whether this node runs the tick of `plugin`'s schedule `name` due at
+    /// `due_ms`: always alone, the first to claim it on a shared store.
+    async fn claim_tick(
+        &self,
+        plugin: &str,
+        name: &str,
+        due_ms: u64,
+    ) -> Result<bool, crate::store::StoreError> {
+        let store = &self.inner.host.store;
+        if !store.is_shared() {
+            return Ok(true);
+        }
+        let key = format!("schedule\0{plugin}\0{name}\0{due_ms}");
+        // Kept well past the due time, so a node whose clock or timer runs late
+        // still finds the claim; the sweeper removes it after.
+        let expires = due_ms + CLAIM_KEPT_MS;
+        store
+            .insert_new(Collection::Meta, key.as_bytes(), &due_ms, Some(expires))
+            .await
+    }
+
     /// One run of the schedule `name` of `plugin`.
     async fn tick(
         &self,
@@ -123,7 +158,9 @@ async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: us
     };
     let busy = Arc::new(AtomicBool::new(false));
     loop {
-        tokio::time::sleep(schedule.when.next_in()).await;
+        let now = crate::store::now_ms();
+        let due = schedule.when.next_due(now);
+        tokio::time::sleep(Duration::from_millis(due.saturating_sub(now))).await;
         let Some(runtime) = Runtime::from_weak(&runtime) else {
             return;
         };
@@ -136,9 +173,23 @@ async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: us
         let (busy, plugin, agent, name) =
             (busy.clone(), plugin.clone(), agent.clone(), schedule.name.clone());
         tokio::spawn(async move {
+            let plugin_name = plugin.manifest.name.as_str();
+            match runtime.claim_tick(plugin_name, &name, due).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    runtime.metrics().observe_schedule_run(plugin_name, "elsewhere");
+                    busy.store(false, Ordering::Release);
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(plugin = plugin_name, schedule = %name, %error, "cannot claim the tick in the shared store; skipped");
+                    runtime.metrics().observe_schedule_run(plugin_name, "unavailable");
+                    busy.store(false, Ordering::Release);
+                    return;
+                }
+            }
             let started = std::time::Instant::now();
             let result = runtime.tick(&plugin, &agent, &name).await;
-            let plugin_name = plugin.manifest.name.as_str();
             let outcome = match &result {
                 Ok(()) => "ok",
                 Err(error) => {
