@@ -442,6 +442,35 @@ fn the_model_s_size_time_and_concurrency_bounds_hold_and_each_is_named() {
 }
 
 #[test]
+fn a_plugin_s_tokens_of_the_day_are_kept_across_a_restart() {
+    let (_server, base) = standin();
+    let data = tempfile::tempdir().unwrap();
+    let node = || {
+        with_model(&base)
+            .env("AGORA_LLM__TOKENS_PER_DAY", "5")
+            .data_dir(data.path())
+            .start()
+    };
+    let first = node();
+    // "one two three" costs 3 prompt + 5 answer tokens by the stand-in's count: over the 5.
+    assert_eq!(
+        answer(&first, json!({"op": "chat", "text": "one two three"}))["text"],
+        "You said: one two three"
+    );
+    // Counted as the answer ended, before the plugin read its end: the next call is refused.
+    let (error, _) = chat_error(&first, json!({"op": "chat", "text": "again"}));
+    assert!(error.contains("llm.tokens_per_day (5)"), "{error}");
+    drop(first);
+
+    let restarted = node();
+    let (error, kind) = chat_error(&restarted, json!({"op": "chat", "text": "after a restart"}));
+    assert!(
+        kind.contains("Limited") && error.contains("llm.tokens_per_day"),
+        "{kind}: {error}"
+    );
+}
+
+#[test]
 fn without_a_model_configured_a_plugin_is_told_so_at_once() {
     let node = TestNode::builder().plugin(FIXTURE).start();
     let (error, kind) = chat_error(&node, json!({"op": "chat", "text": "hi"}));

@@ -44,7 +44,7 @@ impl HostEnv {
             parked: Arc::new(Semaphore::new(max_parked)),
             max_parked,
             settings: Settings::new(config.settings.clone()),
-            llm: Arc::new(LlmBudget::new(node_config.llm.clone(), metrics)),
+            llm: Arc::new(LlmBudget::new(node_config.llm.clone(), store.clone(), metrics)),
             config,
             node_config,
             store,

@@ -5,7 +5,9 @@
 //! provider answers (only those the plugin's capabilities declare), with which
 //! key (the plugin never sees it), how often (`llm.calls_per_minute`), how much
 //! (`llm.tokens_per_day`, counted from the provider's usage, or estimated from
-//! the bytes when it reports none), how many answers stream at once across the
+//! the bytes when it reports none; kept in the node's store, so a restart does
+//! not start the day afresh and a fleet's nodes share one count), how many
+//! answers stream at once across the
 //! node (`llm.max_concurrent_calls`), and how long any wait may be. A plugin
 //! waiting for the model is parked like one waiting for an approval, so a slow
 //! model does not hold a call slot other transports need.
@@ -23,6 +25,12 @@ use super::instance::PluginState;
 use crate::config::{DEFAULT_PROVIDER, LlmConfig};
 use crate::metrics::Metrics;
 use crate::peers::llm::{self as model, LlmError};
+use crate::store::{Collection, Store};
+
+const DAY_SECS: u64 = 86_400;
+/// Tries at adding to a day's count before giving up (each loses only to
+/// another node or call adding at the same instant).
+const ADD_TRIES: usize = 8;
 
 /// An answer a plugin is reading (the `chat-stream` resource), and what it counts.
 pub struct LlmStream {
@@ -37,52 +45,64 @@ pub struct LlmStream {
     _permit: OwnedSemaphorePermit,
 }
 
-/// The node's model limits and what each plugin has used of them. In memory:
-/// a restart starts every plugin's minute and day afresh.
+/// The node's model limits and what each plugin has used of them: the calls
+/// of this minute in memory (per node), the tokens of this UTC day in the store.
 pub(crate) struct LlmBudget {
     config: LlmConfig,
     concurrent: Arc<Semaphore>,
-    usage: Mutex<HashMap<Arc<str>, PluginUsage>>,
+    calls: Mutex<HashMap<Arc<str>, MinuteCalls>>,
+    store: Store,
     metrics: Metrics,
 }
 
 #[derive(Default)]
-struct PluginUsage {
+struct MinuteCalls {
     minute: u64,
-    calls_this_minute: u32,
-    day: u64,
-    tokens_today: u64,
+    count: u32,
+}
+
+/// Where `plugin`'s tokens of the UTC day `day` are counted.
+fn tokens_key(plugin: &str, day: u64) -> Vec<u8> {
+    format!("llm.tokens\0{plugin}\0{day}").into_bytes()
 }
 
 impl LlmBudget {
-    pub(crate) fn new(config: LlmConfig, metrics: Metrics) -> LlmBudget {
+    pub(crate) fn new(config: LlmConfig, store: Store, metrics: Metrics) -> LlmBudget {
         LlmBudget {
             concurrent: Arc::new(Semaphore::new(config.max_concurrent_calls)),
-            usage: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::new()),
             config,
+            store,
             metrics,
         }
     }
 
-    /// Count a call `plugin` starts, or say which limit it has reached.
-    fn admit(&self, plugin: &Arc<str>) -> Result<OwnedSemaphorePermit, LlmError> {
-        let now = crate::store::now_ms() / 1000;
-        let (minute, day) = (now / 60, now / 86_400);
-        let mut usage = self.usage.lock();
-        let entry = usage.entry(plugin.clone()).or_default();
-        if entry.day != day {
-            (entry.day, entry.tokens_today) = (day, 0);
-        }
+    /// The tokens `plugin` has used today, across restarts and the fleet.
+    async fn tokens_today(&self, plugin: &str) -> Result<u64, LlmError> {
+        let day = crate::store::now_ms() / 1000 / DAY_SECS;
+        self.store
+            .get::<u64>(Collection::Meta, &tokens_key(plugin, day))
+            .await
+            .map(Option::unwrap_or_default)
+            // Refused rather than let through: the limit is what bounds the bill.
+            .map_err(|e| LlmError::Failed(format!("cannot read plugin {plugin}'s token use: {e}")))
+    }
+
+    /// Count a call `plugin` starts, having used `tokens_today`, or say which limit it has reached.
+    fn admit(&self, plugin: &Arc<str>, tokens_today: u64) -> Result<OwnedSemaphorePermit, LlmError> {
+        let minute = crate::store::now_ms() / 60_000;
+        let mut calls = self.calls.lock();
+        let entry = calls.entry(plugin.clone()).or_default();
         if entry.minute != minute {
-            (entry.minute, entry.calls_this_minute) = (minute, 0);
+            (entry.minute, entry.count) = (minute, 0);
         }
-        if entry.tokens_today >= self.config.tokens_per_day {
+        if tokens_today >= self.config.tokens_per_day {
             return Err(LlmError::Limited(format!(
                 "plugin {plugin} has used its llm.tokens_per_day ({})",
                 self.config.tokens_per_day
             )));
         }
-        if entry.calls_this_minute >= self.config.calls_per_minute {
+        if entry.count >= self.config.calls_per_minute {
             return Err(LlmError::Limited(format!(
                 "plugin {plugin} has made its llm.calls_per_minute ({})",
                 self.config.calls_per_minute
@@ -94,32 +114,70 @@ impl LlmBudget {
                 self.config.max_concurrent_calls
             ))
         })?;
-        entry.calls_this_minute += 1;
+        entry.count += 1;
         Ok(permit)
     }
 
-    fn spend(&self, plugin: &Arc<str>, tokens: u64) {
-        if let Some(entry) = self.usage.lock().get_mut(plugin) {
-            entry.tokens_today = entry.tokens_today.saturating_add(tokens);
-        }
+    /// Add `tokens` to `plugin`'s count of today, in the background: for an
+    /// answer abandoned unread, which ends in `Drop`, where nothing can be awaited.
+    fn spend_later(&self, plugin: &Arc<str>, tokens: u64) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, plugin) = (self.store.clone(), plugin.clone());
+        handle.spawn(async move {
+            if let Err(error) = add_tokens(&store, &plugin, tokens).await {
+                tracing::warn!(%plugin, tokens, %error, "the model's tokens were not counted");
+            }
+        });
     }
 }
 
+/// Add `tokens` to today's count of `plugin`: compare-and-swap, so that calls
+/// ending at once (on this node or another of the fleet) all count.
+async fn add_tokens(store: &Store, plugin: &str, tokens: u64) -> Result<(), String> {
+    let day = crate::store::now_ms() / 1000 / DAY_SECS;
+    let key = tokens_key(plugin, day);
+    // Kept a day past its own, then swept.
+    let expires = Some((day + 2) * DAY_SECS * 1000);
+    for _ in 0..ADD_TRIES {
+        let added = match store.get::<u64>(Collection::Meta, &key).await {
+            Ok(None) => store.insert_new(Collection::Meta, &key, &tokens, expires).await,
+            Ok(Some(used)) => {
+                store
+                    .update(
+                        Collection::Meta,
+                        &key,
+                        &used,
+                        &used.saturating_add(tokens),
+                        expires,
+                    )
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        match added {
+            // Durable like any write a client was answered about (group commit).
+            Ok(true) => return store.commit().await.map_err(|e| e.to_string()),
+            Ok(false) => continue,
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+    Err(format!("{ADD_TRIES} tries lost to other writers"))
+}
+
 impl LlmStream {
-    /// The answer has ended (finished, failed or abandoned): count it once.
-    fn end(&mut self, outcome: &str) {
+    /// The answer has ended (finished, failed or abandoned): count it once;
+    /// the tokens it used, to add to the day's count (none the second time).
+    fn end(&mut self, outcome: &str) -> Option<u64> {
         if std::mem::replace(&mut self.ended, true) {
-            return;
+            return None;
         }
         let usage = self.stream.usage().unwrap_or(model::Usage {
             input_tokens: 0,
             // About four bytes a token, for a provider that reports no usage.
             output_tokens: (self.bytes / 4) as u32,
         });
-        self.budget.spend(
-            &self.plugin,
-            u64::from(usage.input_tokens) + u64::from(usage.output_tokens),
-        );
         self.budget.metrics.observe_llm_call(
             &self.plugin,
             outcome,
@@ -127,12 +185,15 @@ impl LlmStream {
             usage.input_tokens,
             usage.output_tokens,
         );
+        Some(u64::from(usage.input_tokens) + u64::from(usage.output_tokens))
     }
 }
 
 impl Drop for LlmStream {
     fn drop(&mut self) {
-        self.end("abandoned");
+        if let Some(tokens) = self.end("abandoned") {
+            self.budget.spend_later(&self.plugin, tokens);
+        }
     }
 }
 
@@ -180,7 +241,8 @@ impl PluginState {
     ) -> Result<LlmStream, LlmError> {
         let provider = self.llm_provider(request.provider.as_deref())?;
         let request = model_request(request)?;
-        let permit = budget.admit(&self.plugin_name)?;
+        let tokens_today = budget.tokens_today(&self.plugin_name).await?;
+        let permit = budget.admit(&self.plugin_name, tokens_today)?;
         let place = self.host.park_place();
         let config = &self.host.node_config.llm;
         let stream = self
@@ -227,7 +289,7 @@ impl wit::HostChatStream for PluginState {
         let result = host
             .while_parked(&mut self.slot, host.park_place(), answer.stream.next())
             .await;
-        match result {
+        let (reply, spent) = match result {
             Ok(Some(chunk)) => {
                 let calls: usize = chunk
                     .tool_calls
@@ -235,20 +297,24 @@ impl wit::HostChatStream for PluginState {
                     .map(|c| c.name.len() + c.arguments.len())
                     .sum();
                 answer.bytes += chunk.text.len() + calls;
-                if chunk.finish_reason.is_some() {
-                    answer.end("ok");
-                }
-                Ok(Some(to_wit_chunk(chunk)))
+                let spent = chunk.finish_reason.is_some().then(|| answer.end("ok")).flatten();
+                (Ok(Some(to_wit_chunk(chunk))), spent)
             }
-            Ok(None) => {
-                answer.end("ok");
-                Ok(None)
-            }
+            Ok(None) => (Ok(None), answer.end("ok")),
             Err(error) => {
-                answer.end(error.outcome());
-                Err(to_wit(error))
+                let spent = answer.end(error.outcome());
+                (Err(to_wit(error)), spent)
+            }
+        };
+        if let Some(tokens) = spent {
+            // Counted (durably) before the plugin learns the answer ended, so
+            // its next call, or the node after a restart, sees the count.
+            let (budget, plugin) = (answer.budget.clone(), answer.plugin.clone());
+            if let Err(error) = add_tokens(&budget.store, &plugin, tokens).await {
+                tracing::warn!(%plugin, tokens, %error, "the model's tokens were not counted");
             }
         }
+        reply
     }
 
     async fn drop(&mut self, stream: Resource<LlmStream>) -> wasmtime::Result<()> {
