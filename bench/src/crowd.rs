@@ -25,10 +25,9 @@ use tokio::net::TcpStream;
 
 use crate::Settings;
 use crate::hai;
-use crate::procs::{self, NodeSpec};
 use crate::rows::{
-    Row, agora_success, agora_target, closed_rounds, converter_node, fmt_rate, one_client_stands_for_many,
-    temp_dir, verdict,
+    Row, agora_success, agora_target, bench_hai_node, closed_rounds, converter_node, fmt_rate,
+    one_client_stands_for_many, temp_dir, verdict,
 };
 
 fn check_fd_limit(needed: usize) -> Result<()> {
@@ -45,12 +44,7 @@ pub(crate) async fn row13(settings: &Settings) -> Result<Row> {
     let (sessions, answers_each) = if settings.smoke { (50, 3) } else { (1_000, 10) };
     check_fd_limit(sessions)?;
     let data = temp_dir()?;
-    let (node, _) = procs::start_node(&NodeSpec {
-        binary: &settings.node_bin,
-        data_dir: data.path(),
-        plugins: &["bench-hai"],
-        env: &one_client_stands_for_many(&[("AGORA_HAI__MESSAGES_PER_MINUTE", "1000000".into())]),
-    })?;
+    let node = bench_hai_node(settings, data.path())?;
     let idle_mb = node.rss_mb();
     let cpu_before = node.cpu_seconds();
     let streams = hai::concurrent_streams(node.addr, sessions, answers_each, 64, "ok").await?;

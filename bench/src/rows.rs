@@ -983,6 +983,18 @@ pub(crate) fn one_client_stands_for_many(extra: &[(&'static str, String)]) -> Ve
     env
 }
 
+/// A node with the `bench-hai` assistant for one client sending thousands of
+/// messages (the per-session rate limit lifted too).
+pub(crate) fn bench_hai_node(settings: &Settings, data: &Path) -> Result<Server> {
+    let (node, _) = procs::start_node(&NodeSpec {
+        binary: &settings.node_bin,
+        data_dir: data,
+        plugins: &["bench-hai"],
+        env: &one_client_stands_for_many(&[("AGORA_HAI__MESSAGES_PER_MINUTE", "1000000".into())]),
+    })?;
+    Ok(node)
+}
+
 /// Row 6 (a): time to first chunk with the `bench-hai` assistant, which streams
 /// its chunk as its first act, one message at a time; the same plugin's call
 /// timed in process (as row 8) is subtracted to give the host's overhead.
@@ -1001,13 +1013,7 @@ async fn row6(settings: &Settings) -> Result<Row> {
 
     // (a) Time to first chunk, and the plugin's own call time, in two alternating halves.
     let data = temp_dir()?;
-    let (node, _) = procs::start_node(&NodeSpec {
-        binary: &settings.node_bin,
-        data_dir: data.path(),
-        plugins: &["bench-hai"],
-        // One client sends thousands of messages: lift the per-session rate limit.
-        env: &one_client_stands_for_many(&[("AGORA_HAI__MESSAGES_PER_MINUTE", "1000000".into())]),
-    })?;
+    let node = bench_hai_node(settings, data.path())?;
     let plugin = agora_bench::plugin_call::Bench::load(
         &agora_bench::plugin_call::bench_plugin_wasm("bench-hai")?,
         "bench-hai",

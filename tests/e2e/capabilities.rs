@@ -747,6 +747,17 @@ fn outgoing_http_reaches_only_what_the_plugin_declares_and_the_operator_allows()
     assert!(error.contains("outbound.allowed_hosts"), "{error}");
 }
 
+/// What the feed-watcher example serves (`protocols/feed-watcher.md`): what it saw, what it told.
+fn feed_watcher_saw(node: &TestNode) -> Value {
+    let document = std::fs::read_to_string(support::repo_root().join("protocols/feed-watcher.md")).unwrap();
+    let reply = post_json(
+        &node.url("/agora"),
+        &json!({"protocolHash": document_hash(&document), "body": {}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()["body"].clone()
+}
+
 #[test]
 fn the_feed_watcher_example_polls_its_configured_feed_with_its_secret() {
     let feed = Feed::new("first edition");
@@ -766,15 +777,7 @@ fn the_feed_watcher_example_polls_its_configured_feed_with_its_secret() {
             format!(r#"["127.0.0.1:{port}"]"#),
         )
         .start();
-    let document = std::fs::read_to_string(support::repo_root().join("protocols/feed-watcher.md")).unwrap();
-    let seen = || {
-        let reply = post_json(
-            &node.url("/agora"),
-            &json!({"protocolHash": document_hash(&document), "body": {}}),
-        );
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        reply.json()["body"].clone()
-    };
+    let seen = || feed_watcher_saw(&node);
     node.wait_until(
         "the first poll",
         Duration::from_secs(20),
@@ -823,15 +826,7 @@ fn the_feed_watcher_tells_a_real_uagent_of_each_change_signed_as_the_node() {
             format!(r#"["127.0.0.1:{feed_port}", "127.0.0.1:{}"]"#, agent.port),
         )
         .start();
-    let document = std::fs::read_to_string(support::repo_root().join("protocols/feed-watcher.md")).unwrap();
-    let seen = || {
-        let reply = post_json(
-            &node.url("/agora"),
-            &json!({"protocolHash": document_hash(&document), "body": {}}),
-        );
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        reply.json()["body"].clone()
-    };
+    let seen = || feed_watcher_saw(&node);
     node.wait_until(
         "the first notification",
         Duration::from_secs(30),
