@@ -68,6 +68,7 @@ class Wire:
     def __init__(self):
         self.exchanges = []
         self.get_stream_open = anyio.Event()
+        self.initialized_answered = anyio.Event()
         # The capabilities the client declared in its initialize request, as sent.
         self.declared = None
 
@@ -98,6 +99,8 @@ class Wire:
         )
         if request.method == "GET" and response.status_code == 200:
             self.get_stream_open.set()
+        if request.extensions.get("rpc_method") == "notifications/initialized":
+            self.initialized_answered.set()
 
     def session_id(self):
         """The session id the server gave at initialize."""
@@ -170,6 +173,11 @@ async def init(url):
     async with http:
         async with mcp as connected:
             observed = connection_of(connected)
+            # The SDK POSTs notifications/initialized as the connection opens and does
+            # not wait for the answer; leaving at once would cancel that POST (and race
+            # it with the DELETE). Wait for it, as any client that goes on to work does.
+            with anyio.move_on_after(TIMEOUT):
+                await wire.initialized_answered.wait()
         emit(**observed, sessionId=wire.session_id(), exchanges=wire.exchanges)
 
 
