@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use agora_bench::floor;
 use agora_node::store::postgres::PostgresBackend;
-use agora_node::store::{Collection, Store, now_ms};
+use agora_node::store::{Store, now_ms};
 use agora_test_postgres::Postgres;
 use anyhow::{Result, anyhow};
 use bytes::Bytes;
@@ -348,14 +348,7 @@ async fn replay_checks(
                     let key = format!("did:key:bench{caller}\0{n}");
                     n += 1;
                     let sent = Instant::now();
-                    let fresh = store
-                        .insert_new(
-                            Collection::Replay,
-                            key.as_bytes(),
-                            &now_ms(),
-                            Some(now_ms() + 60_000),
-                        )
-                        .await?;
+                    let fresh = store.claim_once(key.as_bytes(), now_ms() + 60_000).await?;
                     if !fresh {
                         return Err(anyhow!("a fresh key was refused as a replay"));
                     }

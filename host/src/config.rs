@@ -395,6 +395,10 @@ pub struct StoreConfig {
     pub postgres_timeout_ms: u64,
     /// How often expired entries are swept.
     pub sweep_interval_secs: u64,
+    /// Live replay claims (one per signed envelope or uAgents message within
+    /// its window) the embedded store holds in memory, about 40 bytes each;
+    /// beyond them claims go to disk, slower. PostgreSQL keeps them in the database.
+    pub max_claims_in_memory: usize,
     /// Serialized bytes one conversation's or session's history may hold; an
     /// append beyond it is refused with the transport's "full" error.
     pub max_history_bytes: u64,
@@ -811,6 +815,10 @@ impl Config {
         )?;
         positive("plugins.max_parked_calls", self.plugins.max_parked_calls as u64)?;
         positive("store.max_history_bytes", self.store.max_history_bytes)?;
+        positive(
+            "store.max_claims_in_memory",
+            self.store.max_claims_in_memory as u64,
+        )?;
         if self.store.backend == StoreBackend::Postgres {
             let url = &self.store.postgres_url;
             if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {

@@ -259,9 +259,11 @@ async fn open_store(config: &Config) -> Result<Store, NodeError> {
     let store = match config.store.backend {
         StoreBackend::Sled => {
             let dir = config.data_dir.join("state");
-            Store::open(&dir).map_err(|source| NodeError::Store {
-                path: dir.display().to_string(),
-                source,
+            Store::open_bounded(&dir, config.store.max_claims_in_memory).map_err(|source| {
+                NodeError::Store {
+                    path: dir.display().to_string(),
+                    source,
+                }
             })?
         }
         StoreBackend::Postgres => {

@@ -70,6 +70,22 @@ pub trait Backend: Send + Sync + 'static {
         expires_at_ms: Option<u64>,
     ) -> Result<bool>;
 
+    /// Claim `key` until `expires_at_ms`: `true` for the first live claim,
+    /// `false` while one is live. Replay protection on every transport; of
+    /// several claimants of one key at once, on any node, exactly one wins.
+    /// By default a [`Collection::Replay`] entry (PostgreSQL: one row); the
+    /// embedded store keeps claims in memory with a journal (`sled::claims`).
+    async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {
+        self.insert_new(Collection::Replay, key, b"1", Some(expires_at_ms))
+            .await
+    }
+
+    /// Give a claim back (its message was refused before any work), so the
+    /// same message may come again.
+    async fn release_claim(&self, key: &[u8]) -> Result<()> {
+        self.remove(Collection::Replay, key).await.map(|_| ())
+    }
+
     /// Replace the live entry under `key` only if its value equals `expected`
     /// as JSON (key order and spacing aside); `false` when absent, expired or changed.
     async fn compare_and_swap(

@@ -14,9 +14,12 @@
 //! [`Store::commit`] before the reply: sled flushes (grouped across concurrent
 //! requests); PostgreSQL has committed already. Entries may carry an expiry;
 //! expired entries read as absent at once and are removed by [`Store::sweep`],
-//! which the node runs periodically.
+//! which the node runs periodically. Replay protection has its own call,
+//! [`Store::claim_once`], because its volume (one claim per signed message)
+//! deserves its own path on the embedded store (`claims`).
 
 pub mod backend;
+mod claims;
 pub mod postgres;
 pub mod sled;
 #[cfg(test)]
@@ -77,6 +80,9 @@ impl StoreError {
 /// Default of `store.max_history_bytes`: what one conversation's or session's
 /// history may hold, in serialized bytes.
 pub const DEFAULT_MAX_HISTORY_BYTES: u64 = 8 << 20;
+
+/// Default of `store.max_claims_in_memory`.
+pub const DEFAULT_MAX_CLAIMS_IN_MEMORY: usize = 2_000_000;
 
 /// One bounded read of a history.
 #[derive(Debug)]
@@ -224,9 +230,19 @@ impl Store {
         }
     }
 
-    /// The embedded store in `dir`.
+    /// The embedded store in `dir`, with the default bound on replay claims
+    /// held in memory.
     pub fn open(dir: &std::path::Path) -> Result<Store> {
-        Ok(Store::new(Arc::new(sled::SledBackend::open(dir)?)))
+        Store::open_bounded(dir, DEFAULT_MAX_CLAIMS_IN_MEMORY)
+    }
+
+    /// The embedded store in `dir`, holding at most `max_claims_in_memory`
+    /// replay claims in memory (`store.max_claims_in_memory`).
+    pub fn open_bounded(dir: &std::path::Path, max_claims_in_memory: usize) -> Result<Store> {
+        Ok(Store::new(Arc::new(sled::SledBackend::open(
+            dir,
+            max_claims_in_memory,
+        )?)))
     }
 
     /// The byte quota of every history (`store.max_history_bytes`).
@@ -322,6 +338,17 @@ impl Store {
         self.backend
             .insert_new(collection, key, &bytes, expires_at_ms)
             .await
+    }
+
+    /// Accept `key` once until `expires_at_ms` (replay protection): `true` for
+    /// the first claim, `false` while a claim is live, on any node sharing the store.
+    pub async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {
+        self.backend.claim_once(key, expires_at_ms).await
+    }
+
+    /// Give back a claim whose message was refused before any work.
+    pub async fn release_claim(&self, key: &[u8]) -> Result<()> {
+        self.backend.release_claim(key).await
     }
 
     /// Replace a value only if it still equals `expected` (JSON equality); false if it changed.

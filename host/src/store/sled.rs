@@ -1,11 +1,12 @@
 //! The embedded default backend: one sled database under `data_dir/state`.
 //!
 //! Flush policy: [`Backend::commit`] waits for sled to flush to disk before
-//! the reply is sent. Commits are grouped: one flusher task runs sled's
-//! blocking `flush` for every commit that arrived before it started, so
-//! concurrent requests share an fsync. (sled 0.34's `flush_async` deadlocks
-//! when several are in flight at once — spacejam/sled#1308 — so it is never
-//! used.)
+//! the reply is sent. Commits are grouped: one flusher thread runs sled's
+//! blocking `flush` (and syncs the replay-claim journal, [`super::claims`])
+//! for every commit that arrived before it started, so concurrent requests
+//! share an fsync, and a commit with no write of its own pending returns at
+//! once. (sled 0.34's `flush_async` deadlocks when several are in flight at
+//! once — spacejam/sled#1308 — so it is never used.)
 //!
 //! On disk each value is `{"expires_at_ms": …, "value": …}`, the format the
 //! node has always written, so an existing data folder opens unchanged.
@@ -13,16 +14,17 @@
 //! async caller's thread as they always did; only the flush is blocking work.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, mpsc as std_mpsc};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 use super::backend::{Backend, FleetMessage, RawEntry};
+use super::claims::{ClaimJournal, Progress};
 use super::{Collection, HistoryPage, Result, StoreError, now_ms};
 
 /// Where a history's counters live: `id` → [`HistoryMeta`]. Kept apart from the
@@ -31,7 +33,10 @@ const HISTORY_META_TREE: &str = "history_meta";
 
 pub struct SledBackend {
     db: sled::Db,
-    flusher: OnceLock<mpsc::UnboundedSender<FlushWaiter>>,
+    claims: Arc<ClaimJournal>,
+    /// Writes to sled's trees against those flushed.
+    tree_progress: Arc<Progress>,
+    flusher: Flusher,
     /// Nothing is ever sent: one node has no peers. Kept so `subscribe` can hand out receivers.
     fleet: broadcast::Sender<FleetMessage>,
 }
@@ -77,24 +82,54 @@ fn decode(bytes: &[u8]) -> Result<EntryIn<'_>> {
     Ok(serde_json::from_slice(bytes)?)
 }
 
+/// Live replay claims a temporary store holds in memory before spilling.
+const TEMPORARY_MAX_CLAIMS: usize = 1 << 20;
+
 impl SledBackend {
-    pub fn open(dir: &Path) -> Result<SledBackend> {
+    /// The database in `dir`, and its replay-claim journal beside it
+    /// (`dir` + `.claims`).
+    pub fn open(dir: &Path, max_claims_in_memory: usize) -> Result<SledBackend> {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        Ok(SledBackend::with_db(db))
+        let claims = ClaimJournal::open(&dir.with_extension("claims"), max_claims_in_memory)?;
+        SledBackend::with_db(db, claims)
     }
 
     pub fn temporary() -> Result<SledBackend> {
-        Ok(SledBackend::with_db(sled::Config::new().temporary(true).open()?))
+        SledBackend::with_db(
+            sled::Config::new().temporary(true).open()?,
+            ClaimJournal::in_memory(TEMPORARY_MAX_CLAIMS),
+        )
     }
 
-    fn with_db(db: sled::Db) -> SledBackend {
-        SledBackend {
+    fn with_db(db: sled::Db, claims: ClaimJournal) -> Result<SledBackend> {
+        let claims = Arc::new(claims);
+        let tree_progress = Arc::new(Progress::default());
+        let flusher = spawn_flusher(db.clone(), claims.clone(), tree_progress.clone())?;
+        Ok(SledBackend {
             db,
-            flusher: OnceLock::new(),
+            claims,
+            tree_progress,
+            flusher,
             fleet: broadcast::channel(1).0,
+        })
+    }
+
+    /// Insert unless a live entry is there (the body of [`Backend::insert_new`]).
+    fn insert_if_absent(&self, tree: &sled::Tree, key: &[u8], bytes: Vec<u8>) -> Result<bool> {
+        loop {
+            let current = tree.get(key)?;
+            if let Some(existing) = &current
+                && decode(existing)?.is_live()
+            {
+                return Ok(false);
+            }
+            if tree.compare_and_swap(key, current, Some(bytes.clone()))?.is_ok() {
+                self.tree_progress.wrote();
+                return Ok(true);
+            }
         }
     }
 
@@ -139,17 +174,21 @@ impl Backend for SledBackend {
     ) -> Result<()> {
         self.tree(collection)?
             .insert(key, encode(value, expires_at_ms)?)?;
+        self.tree_progress.wrote();
         Ok(())
     }
 
     async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool> {
-        Ok(self.tree(collection)?.remove(key)?.is_some())
+        let removed = self.tree(collection)?.remove(key)?.is_some();
+        self.tree_progress.wrote();
+        Ok(removed)
     }
 
     async fn take(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
         let Some(bytes) = self.tree(collection)?.remove(key)? else {
             return Ok(None);
         };
+        self.tree_progress.wrote();
         let entry = decode(&bytes)?;
         Ok(entry.is_live().then(|| entry.raw()))
     }
@@ -162,19 +201,31 @@ impl Backend for SledBackend {
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
         let tree = self.tree(collection)?;
-        let bytes = encode(value, expires_at_ms)?;
-        loop {
-            let current = tree.get(key)?;
-            if let Some(existing) = &current
-                && decode(existing)?.is_live()
-            {
-                return Ok(false);
-            }
-            match tree.compare_and_swap(key, current, Some(bytes.clone()))? {
-                Ok(()) => return Ok(true),
-                Err(_) => continue,
-            }
+        self.insert_if_absent(&tree, key, encode(value, expires_at_ms)?)
+    }
+
+    /// In memory with a journal; past `store.max_claims_in_memory`, in the
+    /// `replay` tree (see [`super::claims`]).
+    async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {
+        let spill = self.tree(Collection::Replay)?;
+        self.claims.claim(
+            key,
+            expires_at_ms,
+            || match spill.get(key)? {
+                Some(bytes) => Ok(decode(&bytes)?.is_live()),
+                None => Ok(false),
+            },
+            || self.insert_if_absent(&spill, key, encode(b"1", Some(expires_at_ms))?),
+        )
+    }
+
+    async fn release_claim(&self, key: &[u8]) -> Result<()> {
+        self.claims.release(key);
+        if self.claims.has_spilled() {
+            self.tree(Collection::Replay)?.remove(key)?;
+            self.tree_progress.wrote();
         }
+        Ok(())
     }
 
     async fn compare_and_swap(
@@ -199,7 +250,9 @@ impl Backend for SledBackend {
             return Ok(false);
         }
         let bytes = encode(new, expires_at_ms)?;
-        Ok(tree.compare_and_swap(key, Some(current), Some(bytes))?.is_ok())
+        let swapped = tree.compare_and_swap(key, Some(current), Some(bytes))?.is_ok();
+        self.tree_progress.wrote();
+        Ok(swapped)
     }
 
     /// The sequence number, the counters and the entry are written in one sled
@@ -239,6 +292,7 @@ impl Backend for SledBackend {
             meta.insert(id.as_bytes(), &next.encode()[..])?;
             Ok(())
         });
+        self.tree_progress.wrote();
         match outcome {
             Ok(()) => Ok(()),
             Err(TransactionError::Abort(HistoryFull::Entries)) => {
@@ -299,6 +353,7 @@ impl Backend for SledBackend {
         for item in tree.scan_prefix(history_prefix(id)) {
             tree.remove(item?.0)?;
         }
+        self.tree_progress.wrote();
         Ok(())
     }
 
@@ -338,14 +393,22 @@ impl Backend for SledBackend {
                 removed += 1;
             }
         }
+        self.tree_progress.wrote();
+        removed += self.claims.sweep();
+        if self.claims.has_spilled() {
+            let spill = self.tree(Collection::Replay)?;
+            self.claims.end_spill_if(|| spill.is_empty());
+        }
         Ok(removed)
     }
 
     async fn commit(&self) -> Result<()> {
-        let flusher = self.flusher.get_or_init(|| spawn_flusher(self.db.clone()));
+        if self.tree_progress.all_durable() && self.claims.progress.all_durable() {
+            return Ok(());
+        }
         let (done, flushed) = oneshot::channel();
-        flusher
-            .send(done)
+        self.flusher
+            .queue(done)
             .map_err(|_| StoreError::Unavailable("the store is shutting down".into()))?;
         match flushed.await {
             Ok(Ok(())) => Ok(()),
@@ -369,27 +432,77 @@ impl Backend for SledBackend {
     }
 }
 
-/// The group-commit loop: each round flushes once for every waiter queued before it began.
-fn spawn_flusher(db: sled::Db) -> mpsc::UnboundedSender<FlushWaiter> {
-    let (queue, mut waiting) = mpsc::unbounded_channel::<FlushWaiter>();
-    tokio::spawn(async move {
-        while let Some(first) = waiting.recv().await {
-            let mut batch = vec![first];
-            while let Ok(next) = waiting.try_recv() {
-                batch.push(next);
+/// The group-commit loop, on a thread of its own (a flush is blocking work,
+/// and a dedicated thread saves the hand-off through tokio's blocking pool):
+/// each round makes durable every write made before it began, for every
+/// waiter queued by then. It ends when the backend is dropped.
+fn spawn_flusher(db: sled::Db, claims: Arc<ClaimJournal>, tree_progress: Arc<Progress>) -> Result<Flusher> {
+    let (queue, waiting) = std_mpsc::channel::<FlushWaiter>();
+    let thread = std::thread::Builder::new()
+        .name("store-flush".into())
+        .spawn(move || {
+            while let Ok(first) = waiting.recv() {
+                let mut batch = vec![first];
+                batch.extend(waiting.try_iter());
+                let result = flush_round(&db, &claims, &tree_progress);
+                for waiter in batch {
+                    let _ = waiter.send(result.clone());
+                }
+                if claims.wants_rewrite()
+                    && let Err(error) = claims.rewrite()
+                {
+                    tracing::warn!(%error, "rewriting the replay-claim journal failed; it keeps growing until a rewrite succeeds");
+                }
             }
-            let db = db.clone();
-            let result = match tokio::task::spawn_blocking(move || db.flush()).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(error) => Err(error.to_string()),
-            };
-            for waiter in batch {
-                let _ = waiter.send(result.clone());
-            }
+        })
+        .map_err(|error| StoreError::Unavailable(format!("cannot start the store's flusher: {error}")))?;
+    Ok(Flusher {
+        queue: Some(queue),
+        thread: Some(thread),
+    })
+}
+
+/// The flusher thread's queue. Dropping it ends the thread and waits for it,
+/// so the database it holds is closed when the backend is (a reopen in the
+/// same process would otherwise find sled's lock still taken).
+struct Flusher {
+    queue: Option<std_mpsc::Sender<FlushWaiter>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flusher {
+    fn queue(&self, waiter: FlushWaiter) -> std::result::Result<(), ()> {
+        match &self.queue {
+            Some(queue) => queue.send(waiter).map_err(|_| ()),
+            None => Err(()),
         }
-    });
-    queue
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One group commit: the claims journal, then sled if any tree changed.
+fn flush_round(
+    db: &sled::Db,
+    claims: &ClaimJournal,
+    tree_progress: &Progress,
+) -> std::result::Result<(), String> {
+    let claims_mark = claims.progress.mark();
+    let tree_mark = tree_progress.mark();
+    claims.flush().map_err(|error| error.to_string())?;
+    claims.progress.made_durable(claims_mark);
+    if tree_progress.behind(tree_mark) {
+        db.flush().map_err(|error| error.to_string())?;
+        tree_progress.made_durable(tree_mark);
+    }
+    Ok(())
 }
 
 /// What an append checks and updates in one transaction with the entry itself.

@@ -34,6 +34,7 @@ on_every_backend!(
     expired_entries_read_as_absent_and_are_swept,
     insert_new_refuses_a_live_duplicate_but_reuses_an_expired_one,
     racing_inserts_of_one_key_admit_exactly_one,
+    racing_claims_of_one_key_admit_exactly_one_until_released_or_expired,
     compare_and_swap_needs_the_current_value_and_admits_one_racer,
     any_json_value_round_trips_and_compares_regardless_of_key_order,
     take_hands_an_entry_to_exactly_one_racer,
@@ -170,6 +171,33 @@ async fn racing_inserts_of_one_key_admit_exactly_one(store: Store) {
         }
         assert_eq!(admitted, 1, "round {round}");
     }
+}
+
+async fn racing_claims_of_one_key_admit_exactly_one_until_released_or_expired(store: Store) {
+    for round in 0..20u32 {
+        let key = format!("claim-{round}");
+        let racers: Vec<_> = (0..8)
+            .map(|_| {
+                let store = store.clone();
+                let key = key.clone();
+                tokio::spawn(
+                    async move { store.claim_once(key.as_bytes(), now_ms() + 60_000).await.unwrap() },
+                )
+            })
+            .collect();
+        let mut admitted = 0;
+        for racer in racers {
+            admitted += usize::from(racer.await.unwrap());
+        }
+        assert_eq!(admitted, 1, "round {round}");
+    }
+    store.commit().await.unwrap();
+    store.release_claim(b"claim-0").await.unwrap();
+    assert!(store.claim_once(b"claim-0", now_ms() + 60_000).await.unwrap());
+    assert!(store.claim_once(b"brief", now_ms() - 1).await.unwrap());
+    assert!(store.claim_once(b"brief", now_ms() + 60_000).await.unwrap());
+    assert!(!store.claim_once(b"brief", now_ms() + 60_000).await.unwrap());
+    store.commit().await.unwrap();
 }
 
 async fn compare_and_swap_needs_the_current_value_and_admits_one_racer(store: Store) {
@@ -500,6 +528,33 @@ async fn sweeping_an_expired_conversation_ends_its_history(store: Store) {
     assert_eq!(whole::<String>(&store, "kept").await, vec!["b".to_string()]);
     // The ended history starts afresh, within its limit again.
     store.append_history("gone", &"c", 1).await.unwrap();
+}
+
+/// sled only: committed claims are still held after the store is reopened
+/// (the journal), and past the memory bound claims spill to the tree and
+/// still admit a key once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_outlive_a_reopen_and_spill_past_the_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state");
+    let later = now_ms() + 60_000;
+    {
+        let store = Store::open_bounded(&path, 2).unwrap();
+        for key in [&b"a"[..], b"b", b"c", b"d"] {
+            assert!(store.claim_once(key, later).await.unwrap());
+        }
+        for key in [&b"a"[..], b"b", b"c", b"d"] {
+            assert!(!store.claim_once(key, later).await.unwrap(), "{key:?}");
+        }
+        store.release_claim(b"d").await.unwrap();
+        store.commit().await.unwrap();
+    }
+    assert!(path.with_extension("claims").exists());
+    let store = Store::open_bounded(&path, 2).unwrap();
+    for key in [&b"a"[..], b"b", b"c"] {
+        assert!(!store.claim_once(key, later).await.unwrap(), "{key:?}");
+    }
+    assert!(store.claim_once(b"d", later).await.unwrap());
 }
 
 /// sled only: a history written before the counters existed.

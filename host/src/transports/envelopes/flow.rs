@@ -296,7 +296,14 @@ async fn request(
     }
     let _slot = slot(service)?;
     let request_id = header.id.as_str();
-    set_state(service, sender, request_id, &task.resource, TaskState::Pending).await?;
+    // A direct request is processed at once: PENDING would be overwritten
+    // before anyone could read it, so only a negotiated one records it.
+    let mut running = None;
+    if negotiated {
+        set_state(service, sender, request_id, &task.resource, TaskState::Pending).await?;
+    } else {
+        running = Running::start(service, sender, request_id, &task.resource).await?;
+    }
     let cap = service.node.config.envelopes.request_timeout_ms;
     let timeout_ms = task.timeout_ms.map_or(cap, |ms| ms.min(cap));
     let mut body = json!({
@@ -310,7 +317,6 @@ async fn request(
     let outcome = if negotiated {
         offer(service, sender, key, request_id, &task, &plugin, body, timeout_ms).await
     } else {
-        set_state(service, sender, request_id, &task.resource, TaskState::Processing).await?;
         match run(
             service,
             &plugin,
@@ -332,7 +338,42 @@ async fn request(
     if outcome.is_err() {
         set_state(service, sender, request_id, &task.resource, TaskState::Failed).await?;
     }
+    drop(running);
     outcome
+}
+
+/// A direct request's PROCESSING state while its plugin runs. On the embedded
+/// store it is held in memory (`Service::running`) until the final state is
+/// written, so a request costs one durable state write rather than two (a
+/// node that crashes meanwhile never finishes it, and a PROCESSING left on
+/// disk would say otherwise). A shared store writes it, so STATUS on another
+/// node of the fleet sees it.
+struct Running<'a> {
+    service: &'a Service,
+    key: Vec<u8>,
+}
+
+impl<'a> Running<'a> {
+    async fn start(
+        service: &'a Service,
+        sender: &str,
+        request_id: &str,
+        resource: &str,
+    ) -> Result<Option<Running<'a>>, EnvelopesError> {
+        if service.node.store.is_shared() {
+            set_state(service, sender, request_id, resource, TaskState::Processing).await?;
+            return Ok(None);
+        }
+        let key = request_key(sender, request_id);
+        service.running.lock().insert(key.clone());
+        Ok(Some(Running { service, key }))
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.service.running.lock().remove(&self.key);
+    }
 }
 
 /// Price a negotiated request and make the offer (or refuse it for the budget).
@@ -589,10 +630,19 @@ async fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -
         return Err(bad("payload.request_id must be a string").into());
     };
     let answering = Some(request_id);
+    let key = request_key(sender, request_id);
+    if service.running.lock().contains(&key) {
+        return service
+            .envelope(
+                "STATUS",
+                json!({"request_id": request_id, "state": TaskState::Processing}),
+            )
+            .answering(answering);
+    }
     let record = service
         .node
         .store
-        .get::<RequestRecord>(Collection::Negotiations, &request_key(sender, request_id))
+        .get::<RequestRecord>(Collection::Negotiations, &key)
         .await
         .answering(answering)?
         .ok_or_else(|| EnvelopesError::NotFound(format!("no request {request_id:?} from you")))

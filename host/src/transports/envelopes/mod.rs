@@ -10,8 +10,8 @@
 //! Every inbound envelope goes through the same checks, in this order (§2, §5):
 //! body size (413, before any other work), strict parse (I-JSON numbers only)
 //! and signature (before anything else is read), envelope fields, sender
-//! allow-list, timestamp freshness, replay window (in sled, so restarts do not
-//! reopen it), then the per-sender rate limit (a token bucket; a refusal's `Retry-After` says when the next token comes) — last, so an envelope someone
+//! allow-list, timestamp freshness, replay window (`Store::claim_once`: durable
+//! before the reply, so restarts do not reopen it), then the per-sender rate limit (a token bucket; a refusal's `Retry-After` says when the next token comes) — last, so an envelope someone
 //! else replays never spends its signer's quota — keyed by the public key (one
 //! bucket for its did:key and raw forms) in a bounded table ([`limits`]); then
 //! the message flow of §3–4 in [`flow`]. [`EnvelopesError`] ([`error`]) is
@@ -52,7 +52,7 @@ use self::state::Service;
 use crate::crypto::envelope as signed;
 use crate::crypto::identity::NodeIdentity;
 use crate::node::state::NodeState;
-use crate::store::{Collection, now_ms};
+use crate::store::now_ms;
 
 pub fn router(state: NodeState) -> Router {
     let identity = match NodeIdentity::load_or_create(&state.config.identity.key_file) {
@@ -168,11 +168,7 @@ impl Service {
         let mut key = sender.as_bytes().to_vec();
         key.push(0);
         key.extend_from_slice(header.id.as_bytes());
-        let first = self
-            .node
-            .store
-            .insert_new(Collection::Replay, &key, &header.timestamp_ms, Some(expires))
-            .await?;
+        let first = self.node.store.claim_once(&key, expires).await?;
         if first {
             Ok(())
         } else {

@@ -1,9 +1,12 @@
 //! What the signed-envelopes transport holds: the node's signing identity
 //! (every reply is signed, `agora-signed-envelopes.md` §2), the per-sender rate
 //! table and the open-offer ledger ([`super::limits`]), and the cap on
-//! envelopes in flight. Replay entries, offers and task states live in sled
-//! (the node's store), written by [`super::flow`] and the checks in `mod.rs`.
+//! envelopes in flight. Replay claims, offers and task states live in the
+//! node's store, written by [`super::flow`] and the checks in `mod.rs`; on the
+//! embedded store a direct request's PROCESSING state is held here instead
+//! (`running`, see `flow::Running`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
@@ -24,6 +27,9 @@ pub(crate) struct Service {
     pub(super) rate: Mutex<limits::SenderTable>,
     pub(super) offers: Mutex<limits::OfferLedger>,
     pub(super) in_flight: Arc<Semaphore>,
+    /// Direct requests whose plugin runs now, by request key: at most one
+    /// per `in_flight` permit.
+    pub(super) running: Mutex<HashSet<Vec<u8>>>,
 }
 
 impl Service {
@@ -41,6 +47,7 @@ impl Service {
             rate,
             offers: Mutex::default(),
             in_flight,
+            running: Mutex::default(),
         }
     }
 

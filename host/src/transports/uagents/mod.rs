@@ -18,8 +18,9 @@
 //!   characters read as an expiry lie centuries ahead, so the split of the
 //!   digest's tail is unique: an `expires` cannot be moved into `nonce` (or into
 //!   the payload) under the same signature.
-//! - Replays: the same (sender, digest) is accepted once; its entry is kept in
-//!   sled until the envelope's `expires` plus `uagents.replay_window_secs`, so it
+//! - Replays: the same (sender, digest) is accepted once; its claim
+//!   (`Store::claim_once`) is kept until the envelope's `expires` plus
+//!   `uagents.replay_window_secs`, so it
 //!   outlives every moment the envelope could pass the expiry check.
 //! - The envelope's `schema_digest` selects the plugin (`Registry::uagents_model`);
 //!   the plugin gets the decoded message JSON, the sender's verified address
@@ -80,7 +81,6 @@ use crate::crypto::uagents::Envelope;
 use crate::node::state::NodeState;
 use crate::peers::{almanac, http_client};
 use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
-use crate::store::Collection;
 
 /// uagents' `RESPONSE_TIME_HINT_SECONDS`, sent with a ready probe.
 const RESPONSE_TIME_HINT_SECONDS: u64 = 5;
@@ -205,7 +205,7 @@ async fn submit(
                 Ok(text) => plugin_reply(&plugin.manifest, &envelope.schema_digest, &text),
                 Err(InvokeError::Overloaded) => {
                     // Nothing happened: let the sender try the same envelope again.
-                    let _ = state.node.store.remove(Collection::Replay, &replay_key).await;
+                    let _ = state.node.store.release_claim(&replay_key).await;
                     return Err(SubmitError::Overloaded);
                 }
                 Err(error) => {

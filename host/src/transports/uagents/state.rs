@@ -1,6 +1,6 @@
 //! What the uAgents transport holds: the node's uAgents identity (its seed,
 //! kept in `{data_dir}/uagents.seed`), the replay entries that accept each
-//! (sender, digest) once (in sled, `uagents.replay_window_secs`), and the
+//! (sender, digest) once (`Store::claim_once`, `uagents.replay_window_secs`), and the
 //! delivery slots for asynchronous replies (`uagents.max_pending_replies`).
 
 use std::sync::Arc;
@@ -101,12 +101,7 @@ pub(super) async fn claim_once(
     let first = state
         .node
         .store
-        .insert_new(
-            Collection::Replay,
-            &key,
-            &now,
-            Some(until_secs.saturating_mul(1000)),
-        )
+        .claim_once(&key, until_secs.saturating_mul(1000))
         .await?;
     if first {
         Ok(key)
