@@ -530,31 +530,29 @@ async fn sweeping_an_expired_conversation_ends_its_history(store: Store) {
     store.append_history("gone", &"c", 1).await.unwrap();
 }
 
-/// sled only: committed claims are still held after the store is reopened
-/// (the journal), and past the memory bound claims spill to the tree and
-/// still admit a key once.
+/// sled only: claims are journaled beside the database, and past the memory
+/// bound they spill to the tree and still admit a key once. (That the
+/// journal brings them back after a restart is `claims::tests` and the
+/// SIGKILL tests in `tests/e2e/crash.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_outlive_a_reopen_and_spill_past_the_memory_bound() {
+async fn claims_are_journaled_and_spill_past_the_memory_bound() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state");
+    let journal = path.with_extension("claims");
     let later = now_ms() + 60_000;
-    {
-        let store = Store::open_bounded(&path, 2).unwrap();
-        for key in [&b"a"[..], b"b", b"c", b"d"] {
-            assert!(store.claim_once(key, later).await.unwrap());
-        }
-        for key in [&b"a"[..], b"b", b"c", b"d"] {
-            assert!(!store.claim_once(key, later).await.unwrap(), "{key:?}");
-        }
-        store.release_claim(b"d").await.unwrap();
-        store.commit().await.unwrap();
-    }
-    assert!(path.with_extension("claims").exists());
     let store = Store::open_bounded(&path, 2).unwrap();
-    for key in [&b"a"[..], b"b", b"c"] {
+    let empty = std::fs::metadata(&journal).unwrap().len();
+    for key in [&b"a"[..], b"b", b"c", b"d"] {
+        assert!(store.claim_once(key, later).await.unwrap());
+    }
+    for key in [&b"a"[..], b"b", b"c", b"d"] {
         assert!(!store.claim_once(key, later).await.unwrap(), "{key:?}");
     }
+    store.release_claim(b"d").await.unwrap();
     assert!(store.claim_once(b"d", later).await.unwrap());
+    store.commit().await.unwrap();
+    // Two claims in memory, journaled: two records past the header.
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), empty + 2 * 29);
 }
 
 /// sled only: a history written before the counters existed.
