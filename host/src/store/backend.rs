@@ -74,7 +74,7 @@ pub trait Backend: Send + Sync + 'static {
     /// `false` while one is live. Replay protection on every transport; of
     /// several claimants of one key at once, on any node, exactly one wins.
     /// By default a [`Collection::Replay`] entry (PostgreSQL: one row); the
-    /// embedded store keeps claims in memory with a journal (`sled::claims`).
+    /// embedded store keeps claims in memory with a journal (`store::claims`).
     async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {
         self.insert_new(Collection::Replay, key, b"1", Some(expires_at_ms))
             .await

@@ -349,16 +349,11 @@ fn read_journal(path: &Path, mut file: File, live: &mut HashMap<ClaimDigest, u64
         let mut at = [0u8; 8];
         at.copy_from_slice(&chunk[17..25]);
         let at = u64::from_le_bytes(at);
-        match chunk[0] {
-            CLAIM if at > now => {
-                live.insert(digest, at);
-            }
-            CLAIM => {
-                live.remove(&digest);
-            }
-            _ => {
-                live.remove(&digest);
-            }
+        // A release, or a claim that has expired since, leaves nothing live.
+        if chunk[0] == CLAIM && at > now {
+            live.insert(digest, at);
+        } else {
+            live.remove(&digest);
         }
     }
     if !chunks.remainder().is_empty() {

@@ -94,27 +94,25 @@ impl SledBackend {
             .mode(sled::Mode::HighThroughput)
             .open()?;
         let claims = ClaimJournal::open(&dir.with_extension("claims"), max_claims_in_memory)?;
-        SledBackend::with_db(db, claims)
+        Ok(SledBackend::with_db(db, claims))
     }
 
     pub fn temporary() -> Result<SledBackend> {
-        SledBackend::with_db(
+        Ok(SledBackend::with_db(
             sled::Config::new().temporary(true).open()?,
             ClaimJournal::in_memory(TEMPORARY_MAX_CLAIMS),
-        )
+        ))
     }
 
-    fn with_db(db: sled::Db, claims: ClaimJournal) -> Result<SledBackend> {
-        // The flusher starts with the first commit, inside the runtime.
-        let claims = Arc::new(claims);
-        let tree_progress = Arc::new(Progress::default());
-        Ok(SledBackend {
+    fn with_db(db: sled::Db, claims: ClaimJournal) -> SledBackend {
+        SledBackend {
             db,
-            claims,
-            tree_progress,
+            claims: Arc::new(claims),
+            tree_progress: Arc::new(Progress::default()),
+            // Started by the first commit, inside the runtime.
             flusher: OnceLock::new(),
             fleet: broadcast::channel(1).0,
-        })
+        }
     }
 
     /// Insert unless a live entry is there (the body of [`Backend::insert_new`]).

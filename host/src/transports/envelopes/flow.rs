@@ -298,12 +298,12 @@ async fn request(
     let request_id = header.id.as_str();
     // A direct request is processed at once: PENDING would be overwritten
     // before anyone could read it, so only a negotiated one records it.
-    let mut running = None;
-    if negotiated {
+    let running = if negotiated {
         set_state(service, sender, request_id, &task.resource, TaskState::Pending).await?;
+        None
     } else {
-        running = Running::start(service, sender, request_id, &task.resource).await?;
-    }
+        Running::start(service, sender, request_id, &task.resource).await?
+    };
     let cap = service.node.config.envelopes.request_timeout_ms;
     let timeout_ms = task.timeout_ms.map_or(cap, |ms| ms.min(cap));
     let mut body = json!({
