@@ -3,7 +3,7 @@
 //! Row 9 runs the same two exchanges against one node on sled and against two
 //! nodes on one PostgreSQL (the load split evenly over them), alternating
 //! segment by segment in one run. Row 10 isolates the fleet's replay check —
-//! one atomic insert-if-absent with an expiry — in process, through the
+//! `Store::claim_once`, the atomic first claim of a key with an expiry — in process, through the
 //! node's own `Store`, on both backends.
 
 use std::sync::Arc;
@@ -307,7 +307,7 @@ pub async fn row10(settings: &Settings) -> Result<Row> {
     Ok(Row {
         id: 10,
         measure: format!(
-            "Replay check alone (atomic insert-if-absent with expiry), {} callers in process",
+            "Replay check alone (claim_once: atomic first claim with expiry), {} callers in process",
             settings.connections
         ),
         node: cell(&results[0]),

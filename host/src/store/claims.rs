@@ -186,11 +186,7 @@ impl ClaimJournal {
             return spill();
         }
         claims.live.insert(digest, expires_at_ms);
-        claims
-            .queued
-            .extend_from_slice(&record(CLAIM, &digest, expires_at_ms));
-        drop(claims);
-        self.progress.wrote();
+        self.journal(claims, record(CLAIM, &digest, expires_at_ms));
         Ok(true)
     }
 
@@ -199,10 +195,19 @@ impl ClaimJournal {
         let digest = digest(key);
         let mut claims = self.claims.lock();
         if claims.live.remove(&digest).is_some() {
-            claims.queued.extend_from_slice(&record(RELEASE, &digest, 0));
-            drop(claims);
-            self.progress.wrote();
+            self.journal(claims, record(RELEASE, &digest, 0));
         }
+    }
+
+    /// Queue `record` for the next flush. A temporary store has no file:
+    /// nothing is queued, and its commits have nothing of this to wait for.
+    fn journal(&self, mut claims: parking_lot::MutexGuard<'_, Claims>, record: [u8; RECORD_BYTES]) {
+        if self.path.is_none() {
+            return;
+        }
+        claims.queued.extend_from_slice(&record);
+        drop(claims);
+        self.progress.wrote();
     }
 
     /// Whether claims may be in the sled tree (so releases and sweeps look there).
@@ -233,7 +238,6 @@ impl ClaimJournal {
     /// every later one, so the next flush rewrites the whole journal instead.
     pub(super) fn flush(&self) -> Result<()> {
         let Some(path) = &self.path else {
-            self.claims.lock().queued.clear();
             return Ok(());
         };
         if self.broken.load(Ordering::Acquire) {
@@ -380,6 +384,22 @@ mod tests {
         assert!(journal.claim(b"k", later, never, never).unwrap());
         assert!(journal.claim(b"gone", now_ms() - 1, never, never).unwrap());
         assert!(journal.claim(b"gone", later, never, never).unwrap());
+    }
+
+    #[test]
+    fn only_a_journal_with_a_file_queues_records_to_make_durable() {
+        let later = now_ms() + 60_000;
+        let memory = ClaimJournal::in_memory(10);
+        assert!(memory.claim(b"k", later, never, never).unwrap());
+        memory.release(b"k");
+        assert!(
+            memory.progress.all_durable(),
+            "a temporary store's commit would wait on nothing"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = ClaimJournal::open(&dir.path().join("claims"), 10).unwrap();
+        assert!(file.claim(b"k", later, never, never).unwrap());
+        assert!(!file.progress.all_durable());
     }
 
     #[test]

@@ -115,30 +115,95 @@ impl SledBackend {
         }
     }
 
-    /// Insert unless a live entry is there (the body of [`Backend::insert_new`]).
-    fn insert_if_absent(&self, tree: &sled::Tree, key: &[u8], bytes: Vec<u8>) -> Result<bool> {
-        loop {
-            let current = tree.get(key)?;
-            if let Some(existing) = &current
-                && decode(existing)?.is_live()
-            {
-                return Ok(false);
-            }
-            if tree.compare_and_swap(key, current, Some(bytes.clone()))?.is_ok() {
-                self.tree_progress.wrote();
-                return Ok(true);
-            }
-        }
+    fn reading(&self, collection: Collection) -> Result<Reading> {
+        Ok(Reading(self.db.open_tree(collection.table_name())?))
     }
 
-    fn tree(&self, collection: Collection) -> Result<sled::Tree> {
-        Ok(self.db.open_tree(collection.table_name())?)
+    fn writing(&self, collection: Collection) -> Result<Writing<'_>> {
+        self.writing_named(collection.table_name())
+    }
+
+    fn writing_named(&self, name: &str) -> Result<Writing<'_>> {
+        Ok(Writing {
+            tree: self.db.open_tree(name)?,
+            progress: &self.tree_progress,
+        })
+    }
+
+    /// Whether a commit now would have sled writes to flush.
+    #[cfg(test)]
+    pub(super) fn has_unflushed_writes(&self) -> bool {
+        !self.tree_progress.all_durable()
     }
 
     /// The raw history tree, for tests that write a legacy history by hand.
     #[cfg(test)]
     pub(super) fn history_tree(&self) -> sled::Tree {
-        self.tree(Collection::History).expect("history tree")
+        self.writing(Collection::History)
+            .expect("history tree")
+            .tree
+            .clone()
+    }
+}
+
+/// A tree opened to read: only sled's reading methods, so no write can
+/// bypass the bookkeeping of [`Writing`].
+struct Reading(sled::Tree);
+
+impl Reading {
+    fn get(&self, key: &[u8]) -> sled::Result<Option<sled::IVec>> {
+        self.0.get(key)
+    }
+
+    fn range(&self, range: std::ops::Range<Vec<u8>>) -> sled::Iter {
+        self.0.range(range)
+    }
+
+    fn scan_prefix(&self, prefix: &[u8]) -> sled::Iter {
+        self.0.scan_prefix(prefix)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A tree opened to write. Dropping it counts a write in `tree_progress`,
+/// after whatever was done through it, so the next flush round's mark covers
+/// that write and a commit cannot return before it is on disk: a commit with
+/// nothing pending skips the flush, and no write path has to remember to
+/// count itself. (A write that failed is counted too; that costs at most one
+/// flush.)
+struct Writing<'a> {
+    tree: sled::Tree,
+    progress: &'a Progress,
+}
+
+impl std::ops::Deref for Writing<'_> {
+    type Target = sled::Tree;
+    fn deref(&self) -> &sled::Tree {
+        &self.tree
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.progress.wrote();
+    }
+}
+
+/// Insert unless a live entry is there (the body of [`Backend::insert_new`]).
+fn insert_if_absent(tree: &Writing<'_>, key: &[u8], bytes: Vec<u8>) -> Result<bool> {
+    loop {
+        let current = tree.get(key)?;
+        if let Some(existing) = &current
+            && decode(existing)?.is_live()
+        {
+            return Ok(false);
+        }
+        if tree.compare_and_swap(key, current, Some(bytes.clone()))?.is_ok() {
+            return Ok(true);
+        }
     }
 }
 
@@ -149,7 +214,7 @@ impl Backend for SledBackend {
     }
 
     async fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
-        let Some(bytes) = self.tree(collection)?.get(key)? else {
+        let Some(bytes) = self.reading(collection)?.get(key)? else {
             return Ok(None);
         };
         let entry = decode(&bytes)?;
@@ -157,7 +222,7 @@ impl Backend for SledBackend {
     }
 
     async fn is_expired(&self, collection: Collection, key: &[u8]) -> Result<bool> {
-        let Some(bytes) = self.tree(collection)?.get(key)? else {
+        let Some(bytes) = self.reading(collection)?.get(key)? else {
             return Ok(false);
         };
         Ok(!decode(&bytes)?.is_live())
@@ -170,23 +235,19 @@ impl Backend for SledBackend {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
-        self.tree(collection)?
+        self.writing(collection)?
             .insert(key, encode(value, expires_at_ms)?)?;
-        self.tree_progress.wrote();
         Ok(())
     }
 
     async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool> {
-        let removed = self.tree(collection)?.remove(key)?.is_some();
-        self.tree_progress.wrote();
-        Ok(removed)
+        Ok(self.writing(collection)?.remove(key)?.is_some())
     }
 
     async fn take(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
-        let Some(bytes) = self.tree(collection)?.remove(key)? else {
+        let Some(bytes) = self.writing(collection)?.remove(key)? else {
             return Ok(None);
         };
-        self.tree_progress.wrote();
         let entry = decode(&bytes)?;
         Ok(entry.is_live().then(|| entry.raw()))
     }
@@ -198,8 +259,7 @@ impl Backend for SledBackend {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
-        let tree = self.tree(collection)?;
-        self.insert_if_absent(&tree, key, encode(value, expires_at_ms)?)
+        insert_if_absent(&self.writing(collection)?, key, encode(value, expires_at_ms)?)
     }
 
     /// In memory with a journal; past `store.max_claims_in_memory`, in the
@@ -209,13 +269,13 @@ impl Backend for SledBackend {
         self.claims.claim(
             key,
             expires_at_ms,
-            || match self.tree(Collection::Replay)?.get(key)? {
+            || match self.reading(Collection::Replay)?.get(key)? {
                 Some(bytes) => Ok(decode(&bytes)?.is_live()),
                 None => Ok(false),
             },
             || {
-                let spill = self.tree(Collection::Replay)?;
-                self.insert_if_absent(&spill, key, encode(b"1", Some(expires_at_ms))?)
+                let spill = self.writing(Collection::Replay)?;
+                insert_if_absent(&spill, key, encode(b"1", Some(expires_at_ms))?)
             },
         )
     }
@@ -223,8 +283,7 @@ impl Backend for SledBackend {
     async fn release_claim(&self, key: &[u8]) -> Result<()> {
         self.claims.release(key);
         if self.claims.has_spilled() {
-            self.tree(Collection::Replay)?.remove(key)?;
-            self.tree_progress.wrote();
+            self.writing(Collection::Replay)?.remove(key)?;
         }
         Ok(())
     }
@@ -237,7 +296,7 @@ impl Backend for SledBackend {
         new: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
-        let tree = self.tree(collection)?;
+        let tree = self.writing(collection)?;
         let Some(current) = tree.get(key)? else {
             return Ok(false);
         };
@@ -251,17 +310,15 @@ impl Backend for SledBackend {
             return Ok(false);
         }
         let bytes = encode(new, expires_at_ms)?;
-        let swapped = tree.compare_and_swap(key, Some(current), Some(bytes))?.is_ok();
-        self.tree_progress.wrote();
-        Ok(swapped)
+        Ok(tree.compare_and_swap(key, Some(current), Some(bytes))?.is_ok())
     }
 
     /// The sequence number, the counters and the entry are written in one sled
     /// transaction, so concurrent appenders each get their own slot and the
     /// quota holds under concurrency (a read-then-insert lost entries).
     async fn append_history(&self, id: &str, entry: &[u8], max_entries: u64, max_bytes: u64) -> Result<()> {
-        let history = self.tree(Collection::History)?;
-        let meta = self.db.open_tree(HISTORY_META_TREE)?;
+        let history = self.writing(Collection::History)?;
+        let meta = self.writing_named(HISTORY_META_TREE)?;
         let prefix = history_prefix(id);
         // A history written before the counters existed gets them from a scan,
         // once; the transaction below prefers counters another appender stored.
@@ -271,7 +328,7 @@ impl Backend for SledBackend {
             HistoryMeta::default()
         };
         let size = entry.len() as u64;
-        let outcome = (&history, &meta).transaction(|(history, meta)| {
+        let outcome = (&*history, &*meta).transaction(|(history, meta)| {
             let current = match meta.get(id.as_bytes())? {
                 Some(raw) => HistoryMeta::decode(&raw),
                 None => initial,
@@ -293,7 +350,6 @@ impl Backend for SledBackend {
             meta.insert(id.as_bytes(), &next.encode()[..])?;
             Ok(())
         });
-        self.tree_progress.wrote();
         match outcome {
             Ok(()) => Ok(()),
             Err(TransactionError::Abort(HistoryFull::Entries)) => {
@@ -313,7 +369,7 @@ impl Backend for SledBackend {
         max_entries: usize,
         max_bytes: usize,
     ) -> Result<HistoryPage<Vec<u8>>> {
-        let tree = self.tree(Collection::History)?;
+        let tree = self.reading(Collection::History)?;
         let prefix = history_prefix(id);
         let mut start = prefix.clone();
         if let Some(after) = after {
@@ -333,7 +389,7 @@ impl Backend for SledBackend {
     }
 
     async fn history_tail(&self, id: &str, max_entries: usize, max_bytes: usize) -> Result<Vec<Vec<u8>>> {
-        let tree = self.tree(Collection::History)?;
+        let tree = self.reading(Collection::History)?;
         let mut page = super::PageBuilder::new(max_entries, max_bytes);
         for item in tree.range(history_prefix(id)..history_end(id)).rev() {
             let (key, value) = item?;
@@ -349,17 +405,16 @@ impl Backend for SledBackend {
     async fn remove_history(&self, id: &str) -> Result<()> {
         // Counters first: a crash after this leaves entries that the next
         // append recounts, never counters that overstate an emptied history.
-        self.db.open_tree(HISTORY_META_TREE)?.remove(id.as_bytes())?;
-        let tree = self.tree(Collection::History)?;
+        self.writing_named(HISTORY_META_TREE)?.remove(id.as_bytes())?;
+        let tree = self.writing(Collection::History)?;
         for item in tree.scan_prefix(history_prefix(id)) {
             tree.remove(item?.0)?;
         }
-        self.tree_progress.wrote();
         Ok(())
     }
 
     async fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>> {
-        self.tree(collection)?
+        self.reading(collection)?
             .scan_prefix(prefix)
             .keys()
             .take(limit)
@@ -374,7 +429,7 @@ impl Backend for SledBackend {
             if collection == Collection::History {
                 continue;
             }
-            let tree = self.tree(collection)?;
+            let tree = self.writing(collection)?;
             let mut expired = Vec::new();
             for item in tree.iter() {
                 let (key, bytes) = item?;
@@ -394,10 +449,9 @@ impl Backend for SledBackend {
                 removed += 1;
             }
         }
-        self.tree_progress.wrote();
         removed += self.claims.sweep();
         if self.claims.has_spilled() {
-            let spill = self.tree(Collection::Replay)?;
+            let spill = self.reading(Collection::Replay)?;
             self.claims.end_spill_if(|| spill.is_empty());
         }
         Ok(removed)

@@ -555,6 +555,48 @@ async fn claims_are_journaled_and_spill_past_the_memory_bound() {
     assert_eq!(std::fs::metadata(&journal).unwrap().len(), empty + 2 * 29);
 }
 
+/// sled only: every kind of write leaves the next commit a flush to wait
+/// for (a commit with nothing pending returns at once, so a write that were
+/// not counted would be acknowledged before it is on disk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sled_write_leaves_the_next_commit_a_flush_to_wait_for() {
+    use super::backend::Backend;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sled::SledBackend::open(&dir.path().join("state"), 10).unwrap();
+    let c = Collection::Conversations;
+    let later = Some(now_ms() + 60_000);
+    backend.put(c, b"seed", b"1", later).await.unwrap();
+    backend.put(c, b"taken", b"1", later).await.unwrap();
+    backend.put(c, b"expired", b"1", Some(1)).await.unwrap();
+    backend.append_history("h", b"1", 10, 1000).await.unwrap();
+    backend.commit().await.unwrap();
+    for step in 0..8 {
+        assert!(
+            !backend.has_unflushed_writes(),
+            "after the commit before step {step}"
+        );
+        match step {
+            0 => backend.put(c, b"k", b"1", later).await.map(drop),
+            1 => backend.insert_new(c, b"new", b"1", later).await.map(drop),
+            2 => backend
+                .compare_and_swap(c, b"seed", b"1", b"2", later)
+                .await
+                .map(drop),
+            3 => backend.take(c, b"taken").await.map(drop),
+            4 => backend.remove(c, b"k").await.map(drop),
+            5 => backend.append_history("h", b"2", 10, 1000).await,
+            6 => backend.remove_history("h").await,
+            _ => backend.sweep().await.map(drop),
+        }
+        .unwrap();
+        assert!(
+            backend.has_unflushed_writes(),
+            "step {step} left nothing to flush"
+        );
+        backend.commit().await.unwrap();
+    }
+}
+
 /// sled only: a history written before the counters existed.
 #[tokio::test]
 async fn a_history_without_counters_is_counted_once_and_continued() {
