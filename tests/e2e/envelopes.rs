@@ -181,7 +181,8 @@ fn hello_request_offer_accept_result_and_status_over_http() {
     let node = start(TestNode::builder());
     let alice = Agent::new();
     let (did, welcome) = hello(&node, &alice);
-    assert!(node.log_text().contains(&did), "the did is logged at start-up");
+    // The did is logged at start-up.
+    node.wait_for_log(&did);
     let resources = welcome["payload"]["resources"].as_array().unwrap();
     let primes = resources
         .iter()

@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -65,12 +64,8 @@ fn shared_compile_cache() -> PathBuf {
     repo_root().join("target/e2e-compile-cache")
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+/// A loopback port for a server the test starts (see why it is not `bind(0)`'s).
+pub use agora_test_postgres::free_port;
 
 /// Install a plugin into a plugins folder the way a user would: write then rename.
 pub fn install_plugin(plugins_dir: &Path, package: &str) -> PathBuf {
@@ -327,6 +322,18 @@ impl TestNode {
             );
             std::thread::sleep(every);
         }
+    }
+
+    /// Wait until the log holds `needle`. The node's output reaches the test
+    /// through reader threads on its pipes, so a line the node wrote before
+    /// answering may not be in [`Self::log_text`] yet when the answer is.
+    pub fn wait_for_log(&self, needle: &str) {
+        self.wait_until(
+            &format!("{needle:?} in the log"),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || self.log_text().contains(needle),
+        );
     }
 
     /// Stop with SIGTERM and wait (graceful shutdown).

@@ -350,12 +350,9 @@ fn a_renewed_certificate_reaches_new_connections_under_load_and_a_broken_one_is_
         HashSet::from([second.der.to_vec()]),
         "after the broken renewal only the renewed certificate is served"
     );
-    let log = node.log_text();
-    assert!(
-        log.contains("tls.cert_file"),
-        "the refusal names the setting:\n{log}"
-    );
-    assert!(log.contains("TLS certificate reloaded"), "{log}");
+    // The refusal names the setting.
+    node.wait_for_log("tls.cert_file");
+    node.wait_for_log("TLS certificate reloaded");
 }
 
 #[test]

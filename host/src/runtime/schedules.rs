@@ -170,21 +170,23 @@ async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: us
             runtime.metrics().observe_schedule_run(plugin_name, "skipped");
             continue;
         }
-        let (busy, plugin, agent, name) =
-            (busy.clone(), plugin.clone(), agent.clone(), schedule.name.clone());
+        let (running, plugin, agent, name) = (
+            RunningTick(busy.clone()),
+            plugin.clone(),
+            agent.clone(),
+            schedule.name.clone(),
+        );
         tokio::spawn(async move {
             let plugin_name = plugin.manifest.name.as_str();
             match runtime.claim_tick(plugin_name, &name, due).await {
                 Ok(true) => {}
                 Ok(false) => {
                     runtime.metrics().observe_schedule_run(plugin_name, "elsewhere");
-                    busy.store(false, Ordering::Release);
                     return;
                 }
                 Err(error) => {
                     tracing::warn!(plugin = plugin_name, schedule = %name, %error, "cannot claim the tick in the shared store; skipped");
                     runtime.metrics().observe_schedule_run(plugin_name, "unavailable");
-                    busy.store(false, Ordering::Release);
                     return;
                 }
             }
@@ -201,7 +203,17 @@ async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: us
             runtime
                 .metrics()
                 .observe_outcome("schedule", plugin_name, outcome, started.elapsed());
-            busy.store(false, Ordering::Release);
+            drop(running);
         });
+    }
+}
+
+/// Marks a schedule's run as going until dropped: however the run ends (a
+/// skipped claim, an error, a panic), the next tick is not skipped for it.
+struct RunningTick(Arc<AtomicBool>);
+
+impl Drop for RunningTick {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const NOT_INSTALLED: &str = "PostgreSQL's server tools (initdb, postgres, pg_ctl) were not found on PATH or in \
      /usr/lib/postgresql/*/bin: install Debian's postgresql package (./x test does)";
@@ -316,10 +316,33 @@ rm -rf "$1""#;
         .expect("starting the PostgreSQL watchdog")
 }
 
-/// A port nobody listens on now (the kernel's pick), for the server to take.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("finding a free port")
+/// A loopback port nobody listens on now, for a server a test starts to bind
+/// itself a moment later (PostgreSQL here; the node and the Python peers in the
+/// e2e suite, which uses this one too).
+///
+/// Not the kernel's pick (`bind(0)`): such a port comes from the ephemeral
+/// range (32768–60999 on Linux), and once the probe is closed the kernel may
+/// hand it out again, to an outgoing connection or another test's `bind(0)`,
+/// before the server binds it: "address already in use", or a test talking to
+/// someone else's server. Below that range only explicit binds land. Each
+/// process starts at its own random place in 10000–31999 and walks on, so
+/// parallel tests and test processes do not take the same port.
+pub fn free_port() -> u16 {
+    const FIRST: u32 = 10_000;
+    const COUNT: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = || {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos());
+        (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % COUNT
+    };
+    let _ = NEXT.compare_exchange(u32::MAX, start(), Ordering::AcqRel, Ordering::Acquire);
+    for _ in 0..COUNT {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::AcqRel) % COUNT) as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {FIRST}..{}", FIRST + COUNT)
 }
