@@ -135,12 +135,7 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         json!([{"url": format!("http://127.0.0.1:{peer_port}/submit"), "weight": 1}])
     );
     // Logged once the uAgent's 200 is back, which may be after it printed the reply.
-    node.wait_until(
-        "the delivery in the log",
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || node.log_text().contains("reply delivered"),
-    );
+    node.wait_for_log("reply delivered", Duration::from_secs(20));
 
     // `agora-node uagents send --to` finds the uAgent through the same API.
     wait_for_port(peer_port, "the Almanac uAgent");
@@ -179,12 +174,7 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         false,
     );
     assert_eq!(accepted_envelope.status, 200, "{}", accepted_envelope.body);
-    node.wait_until(
-        "the refused endpoint in the log",
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || node.log_text().contains("no Almanac endpoint is allowed"),
-    );
+    node.wait_for_log("no Almanac endpoint is allowed", Duration::from_secs(20));
     trap.set_nonblocking(true).unwrap();
     assert!(
         trap.accept().is_err(),
@@ -243,12 +233,7 @@ fn an_almanac_that_is_down_is_retried_with_backoff_and_never_stops_the_node() {
         json!([{"url": "https://node.example.org/submit", "weight": 1}])
     );
     // Logged once the API's answer is back, which may be after it recorded the registration.
-    node.wait_until(
-        "the success in the log",
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || node.log_text().contains("registered in the Almanac"),
-    );
+    node.wait_for_log("registered in the Almanac", Duration::from_secs(20));
 }
 
 #[test]
@@ -275,9 +260,5 @@ fn a_plugin_loaded_later_is_registered_without_waiting_for_the_hour() {
                 .any(|r| r["protocols"] == json!([ECHO_PROTOCOL_DIGEST]))
         },
     );
-    assert!(
-        node.log_text().contains("protocol digests changed"),
-        "{}",
-        node.log_text()
-    );
+    node.wait_for_log("protocol digests changed", Duration::from_secs(20));
 }

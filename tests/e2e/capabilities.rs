@@ -177,12 +177,7 @@ fn a_changed_configuration_file_applies_to_the_next_call_without_a_restart() {
 
     // A file that does not parse changes nothing, and the log says why.
     std::fs::write(&config, "[plugins.fixture-agent.config\n").unwrap();
-    node.wait_until(
-        "the refusal in the log",
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || node.log_text().contains("configuration file not applied"),
-    );
+    node.wait_for_log("configuration file not applied", Duration::from_secs(10));
     assert_eq!(greeting(), "second");
 
     // A change outside the plugin settings is not half applied: it waits for a restart.
@@ -198,12 +193,7 @@ fn a_changed_configuration_file_applies_to_the_next_call_without_a_restart() {
         || greeting() == "third",
     );
     // Logged just after the settings are swapped in, so possibly after the answer above.
-    node.wait_until(
-        "the restart warning",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || node.log_text().contains("apply after a restart"),
-    );
+    node.wait_for_log("apply after a restart", Duration::from_secs(10));
 }
 
 #[test]

@@ -153,6 +153,17 @@ fn guess(node: &TestNode, source: &str, id: &str, value: u64) -> Reply {
     )
 }
 
+/// The guesses the conversation's history holds (a round that changes nothing).
+fn history(node: &TestNode, source: &str, id: &str) -> Reply {
+    request_from(
+        source,
+        node,
+        "POST",
+        &format!("/agora/conversations/{id}"),
+        Some(&json!({"body": {"history": true}})),
+    )
+}
+
 /// A refusal in Agora's failure shape (§10) with a usable `Retry-After`.
 fn busy_error(reply: &Reply, status: u16) -> Result<String, String> {
     if reply.status != status {
@@ -191,16 +202,7 @@ fn honest_game(node: &TestNode) -> Result<(), String> {
     let (second, expected) = match opening.body["body"]["result"].as_str() {
         Some("higher") => (guess(node, HONEST, &id, 75), json!(2)),
         Some("lower") => (guess(node, HONEST, &id, 25), json!(2)),
-        _ => (
-            request_from(
-                HONEST,
-                node,
-                "POST",
-                &format!("/agora/conversations/{id}"),
-                Some(&json!({"body": {"history": true}})),
-            ),
-            json!([50]),
-        ),
+        _ => (history(node, HONEST, &id), json!([50])),
     };
     if second.status != 200 || second.body["body"]["guesses"] != expected {
         return Err(format!("honest round 2: {} {}", second.status, second.body));
@@ -347,13 +349,7 @@ fn an_acknowledged_agora_round_survives_sigkill_and_the_caps_are_restored() {
 
     let node = start().port(port).start();
     // The history, not a second guess: the random secret may have been 50.
-    let second = request_from(
-        ATTACKER,
-        &node,
-        "POST",
-        &format!("/agora/conversations/{id}"),
-        Some(&json!({"body": {"history": true}})),
-    );
+    let second = history(&node, ATTACKER, &id);
     assert_eq!(second.status, 200, "{}", second.body);
     assert_eq!(second.body["conversationId"], id.as_str());
     assert_eq!(
@@ -482,7 +478,7 @@ fn a_jwks_redirect_is_not_followed() {
     }
     assert!(hits.load(Ordering::SeqCst) >= 2, "the JWKS URL was not fetched");
     assert_eq!(keys.fetches(), 0, "the node followed the JWKS redirect");
-    node.wait_for_log("redirects are not followed");
+    node.wait_for_log("redirects are not followed", Duration::from_secs(10));
     // The node itself keeps serving.
     assert_eq!(support::get(&node.url("/arena/health")).status, 200);
 }
@@ -650,5 +646,5 @@ fn health_shows_plugin_file_names_and_no_absolute_paths() {
     let canonical = node.data_dir.canonicalize().unwrap().display().to_string();
     assert!(!text.contains(&canonical), "/health shows {canonical}: {text}");
     // The operator still finds the full path in the log.
-    node.wait_for_log("broken.wasm");
+    node.wait_for_log("broken.wasm", Duration::from_secs(10));
 }

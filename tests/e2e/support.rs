@@ -228,12 +228,7 @@ impl NodeBuilder {
         }
         if wait_for_plugins && serves_tls {
             // This harness's HTTP helpers speak plain http; a TLS node says it in its log.
-            node.wait_until(
-                "the start-up plugin load",
-                patience,
-                Duration::from_millis(20),
-                || node.log_text().contains("start-up plugin load done"),
-            );
+            node.wait_for_log("start-up plugin load done", patience);
         } else if wait_for_plugins {
             node.wait_for_health_within("the start-up plugin load", patience, |health| {
                 health["status"] != "starting"
@@ -324,13 +319,14 @@ impl TestNode {
         }
     }
 
-    /// Wait until the log holds `needle`. The node's output reaches the test
-    /// through reader threads on its pipes, so a line the node wrote before
-    /// answering may not be in [`Self::log_text`] yet when the answer is.
-    pub fn wait_for_log(&self, needle: &str) {
+    /// Wait until the log holds `needle`, or panic once `patience` has passed.
+    /// The node's output reaches the test through reader threads on its pipes,
+    /// so a line the node wrote before answering may not be in
+    /// [`Self::log_text`] yet when the answer is.
+    pub fn wait_for_log(&self, needle: &str, patience: Duration) {
         self.wait_until(
             &format!("{needle:?} in the log"),
-            Duration::from_secs(10),
+            patience,
             Duration::from_millis(20),
             || self.log_text().contains(needle),
         );

@@ -330,16 +330,15 @@ rm -rf "$1""#;
 pub fn free_port() -> u16 {
     const FIRST: u32 = 10_000;
     const COUNT: u32 = 22_000;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let start = || {
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let next = NEXT.get_or_init(|| {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.subsec_nanos());
-        (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % COUNT
-    };
-    let _ = NEXT.compare_exchange(u32::MAX, start(), Ordering::AcqRel, Ordering::Acquire);
+        AtomicU32::new((nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % COUNT)
+    });
     for _ in 0..COUNT {
-        let port = (FIRST + NEXT.fetch_add(1, Ordering::AcqRel) % COUNT) as u16;
+        let port = (FIRST + next.fetch_add(1, Ordering::AcqRel) % COUNT) as u16;
         if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
             return port;
         }
