@@ -122,8 +122,9 @@ const MARK_SUFFIX: &str = "\u{0}";
 /// The largest integer magnitude every IEEE 754 double reader keeps exactly (2^53 − 1).
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
-/// The canonical UTF-8 bytes of `value` (RFC 8785).
-pub fn canonicalize(value: &Value) -> Result<Vec<u8>, JcsError> {
+/// The canonical UTF-8 bytes of `value` (RFC 8785): a parsed [`Value`], or a
+/// borrowed view of one (the envelope a signature covers).
+pub fn canonicalize(value: &impl serde::Serialize) -> Result<Vec<u8>, JcsError> {
     serde_jcs::to_vec(value).map_err(|e| JcsError::Canonicalize(e.to_string()))
 }
 

@@ -670,10 +670,12 @@ fn result_envelope(service: &Service, request_id: &str, reply: Value) -> Result<
         data @ Value::Object(_) => (json!("success"), data),
         other => (json!("success"), json!({"value": other})),
     };
-    service.envelope(
-        "RESULT",
-        json!({"request_id": request_id, "status": status, "data": data}),
-    )
+    // Moved in, not through `json!`, which would copy `data` through a serializer.
+    let mut payload = Map::new();
+    payload.insert("request_id".into(), request_id.into());
+    payload.insert("status".into(), status);
+    payload.insert("data".into(), data);
+    service.envelope("RESULT", Value::Object(payload))
 }
 
 /// Run one plugin phase under the envelope's time limit; the reply must be strict JSON.
