@@ -3,7 +3,7 @@
 //! each on its own loopback port, with their CPU time and RSS read from /proc.
 
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+/// Below the kernel's ephemeral range, where the load drivers' own connections
+/// cannot take a port between its probe and the node's bind.
+pub use agora_test_postgres::free_port;
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("bench/ has a parent")
         .to_path_buf()
-}
-
-pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 pub fn plugins_build_dir() -> PathBuf {
@@ -237,7 +237,7 @@ pub fn start_node(spec: &NodeSpec) -> Result<(Server, Duration)> {
         let bytes = std::fs::read(plugin_wasm(package)?)?;
         install_bytes(&plugins_dir, package, &bytes)?;
     }
-    let port = free_port()?;
+    let port = free_port();
     let mut command = Command::new(spec.binary);
     command
         .arg("serve")

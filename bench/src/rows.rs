@@ -354,7 +354,7 @@ async fn row1(settings: &Settings) -> Result<Row> {
     let (node, request, reply) = converter_node(settings, data.path(), &[]).await?;
     let body_file = data.path().join("ceiling-reply.json");
     std::fs::write(&body_file, &reply)?;
-    let port = procs::free_port()?;
+    let port = procs::free_port();
     let mut command = Command::new(std::env::current_exe()?);
     command
         .args(["ceiling", "--port", &port.to_string(), "--body-file"])
@@ -435,7 +435,7 @@ async fn row2(settings: &Settings) -> Result<Row> {
     let (node, request, _) = converter_node(settings, data.path(), &[]).await?;
     let storage = data.path().join("reference");
     std::fs::create_dir_all(&storage)?;
-    let port = procs::free_port()?;
+    let port = procs::free_port();
     let mut command = Command::new(python);
     command
         .arg(procs::repo_root().join("bench/peers/agora_reference.py"))
@@ -705,7 +705,7 @@ async fn row4(settings: &Settings) -> Result<Row> {
         env: &[("AGORA_UAGENTS__SEED", node_seed.into())],
     })?;
     let agent_seed = "agora-bench-uagent-seed-v1";
-    let port = procs::free_port()?;
+    let port = procs::free_port();
     let mut command = Command::new(python);
     command
         .arg(procs::repo_root().join("tests/interop/uagents/echo_agent.py"))
@@ -1141,7 +1141,7 @@ async fn row7(settings: &Settings) -> Result<Row> {
         drop(node);
         warm.push(took.as_secs_f64() * 1000.0);
         // The floor: the bare axum process starting on the same machine.
-        let port = procs::free_port()?;
+        let port = procs::free_port();
         let mut command = Command::new(std::env::current_exe()?);
         command
             .args(["ceiling", "--port", &port.to_string(), "--body-file"])

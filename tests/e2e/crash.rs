@@ -299,6 +299,53 @@ fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
     }
 }
 
+/// A direct REQUEST's acknowledged RESULT is known to STATUS after the kill,
+/// and the REQUEST stays a replay. Its final state and its replay claim are
+/// its only store writes: nothing else in the same commit would make them
+/// durable by chance, as taking the offer does in the negotiated loop above.
+/// (A state write that the commit did not make durable fails here: checked
+/// by breaking one on purpose.)
+#[test]
+fn signed_direct_results_survive_a_sigkill_under_load() {
+    let data = tempfile::tempdir().unwrap();
+    let node = node_on(data.path(), envelope_builder());
+    let (did, _) = env::hello(&node, &Agent::new());
+    let url = node.url("/envelopes");
+    let agents: Vec<Agent> = (0..CLIENTS).map(|_| Agent::new()).collect();
+    let acks = kill_under_load(
+        node,
+        |client| &agents[client],
+        |agent| {
+            let request = agent.envelope(
+                "REQUEST",
+                json!({"resource": "agora:sum:v1", "params": {"numbers": [1, 2]}}),
+            );
+            let reply = env::try_post_raw(
+                &url,
+                "application/json",
+                request.to_string().as_bytes(),
+                Some(&did),
+            )?;
+            if reply.kind() != "RESULT" {
+                return Err(format!("expected a RESULT: {}", reply.envelope));
+            }
+            Ok(request)
+        },
+    );
+    let node = node_on(data.path(), envelope_builder());
+    for (client, (acks, agent)) in acks.iter().zip(&agents).enumerate() {
+        for request in acks {
+            let request_id = request["id"].as_str().unwrap();
+            assert_eq!(
+                env::status_of(&node, agent, &did, request_id),
+                "COMPLETED",
+                "client {client}: an acknowledged RESULT"
+            );
+            env::send(&node, request, &did).assert_error(401, "a replayed acknowledged REQUEST");
+        }
+    }
+}
+
 // --- uAgents: the replay window ---
 
 fn uagents_builder() -> NodeBuilder {
