@@ -213,14 +213,21 @@ enum Negotiated {
     Completed { request_id: String, accept: Value },
 }
 
+/// The envelope node on `data`, its did and envelope URL, and one agent per
+/// client. STATUS answers only the requester: each client keeps its key
+/// across the restart.
+fn signed_node(data: &Path) -> (TestNode, String, String, Vec<Agent>) {
+    let node = node_on(data, envelope_builder());
+    let (did, _) = env::hello(&node, &Agent::new());
+    let url = node.url("/envelopes");
+    let agents = (0..CLIENTS).map(|_| Agent::new()).collect();
+    (node, did, url, agents)
+}
+
 #[test]
 fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
     let data = tempfile::tempdir().unwrap();
-    let node = node_on(data.path(), envelope_builder());
-    let (did, _) = env::hello(&node, &Agent::new());
-    let url = node.url("/envelopes");
-    // STATUS answers only the requester: each client keeps its key across the restart.
-    let agents: Vec<Agent> = (0..CLIENTS).map(|_| Agent::new()).collect();
+    let (node, did, url, agents) = signed_node(data.path());
     let acks = kill_under_load(
         node,
         |client| Negotiator {
@@ -308,10 +315,7 @@ fn signed_replays_offers_and_results_survive_a_sigkill_under_load() {
 #[test]
 fn signed_direct_results_survive_a_sigkill_under_load() {
     let data = tempfile::tempdir().unwrap();
-    let node = node_on(data.path(), envelope_builder());
-    let (did, _) = env::hello(&node, &Agent::new());
-    let url = node.url("/envelopes");
-    let agents: Vec<Agent> = (0..CLIENTS).map(|_| Agent::new()).collect();
+    let (node, did, url, agents) = signed_node(data.path());
     let acks = kill_under_load(
         node,
         |client| &agents[client],
