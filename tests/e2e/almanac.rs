@@ -135,7 +135,7 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         json!([{"url": format!("http://127.0.0.1:{peer_port}/submit"), "weight": 1}])
     );
     // Logged once the uAgent's 200 is back, which may be after it printed the reply.
-    node.wait_for_log("reply delivered", Duration::from_secs(20));
+    node.wait_for_log_within("reply delivered", Duration::from_secs(20));
 
     // `agora-node uagents send --to` finds the uAgent through the same API.
     wait_for_port(peer_port, "the Almanac uAgent");
@@ -174,7 +174,7 @@ fn interop_a_real_uagent_finds_the_node_through_the_almanac_and_both_resolve_eac
         false,
     );
     assert_eq!(accepted_envelope.status, 200, "{}", accepted_envelope.body);
-    node.wait_for_log("no Almanac endpoint is allowed", Duration::from_secs(20));
+    node.wait_for_log_within("no Almanac endpoint is allowed", Duration::from_secs(20));
     trap.set_nonblocking(true).unwrap();
     assert!(
         trap.accept().is_err(),
@@ -233,7 +233,7 @@ fn an_almanac_that_is_down_is_retried_with_backoff_and_never_stops_the_node() {
         json!([{"url": "https://node.example.org/submit", "weight": 1}])
     );
     // Logged once the API's answer is back, which may be after it recorded the registration.
-    node.wait_for_log("registered in the Almanac", Duration::from_secs(20));
+    node.wait_for_log_within("registered in the Almanac", Duration::from_secs(20));
 }
 
 #[test]
@@ -260,5 +260,5 @@ fn a_plugin_loaded_later_is_registered_without_waiting_for_the_hour() {
                 .any(|r| r["protocols"] == json!([ECHO_PROTOCOL_DIGEST]))
         },
     );
-    node.wait_for_log("protocol digests changed", Duration::from_secs(20));
+    node.wait_for_log_within("protocol digests changed", Duration::from_secs(20));
 }

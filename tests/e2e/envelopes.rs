@@ -182,7 +182,7 @@ fn hello_request_offer_accept_result_and_status_over_http() {
     let alice = Agent::new();
     let (did, welcome) = hello(&node, &alice);
     // The did is logged at start-up.
-    node.wait_for_log(&did, Duration::from_secs(10));
+    node.wait_for_log(&did);
     let resources = welcome["payload"]["resources"].as_array().unwrap();
     let primes = resources
         .iter()

@@ -851,7 +851,7 @@ fn agent_scenario(node: &TestNode, plugin: &str, tool: &str) {
     let metrics = support::get(&node.url("/metrics")).body;
     let trapped = format!("agora_schedule_runs_total{{plugin=\"{plugin}\",outcome=\"trap\"}}");
     assert!(!metrics.contains(&trapped), "{metrics}");
-    node.wait_for_log(UNSET_SECRET, Duration::from_secs(10));
+    node.wait_for_log(UNSET_SECRET);
 }
 
 #[test]
@@ -1065,7 +1065,7 @@ fn outgoing_http_scenario(plugin: &str, wasm: &Path) -> (Value, String) {
         "HTTP request denied: http://127.0.0.1:{} is not in the allowed_hosts of plugin {plugin}'s capabilities",
         undeclared.port
     );
-    node.wait_for_log(&why, Duration::from_secs(10));
+    node.wait_for_log(&why);
     (refused, why)
 }
 

@@ -228,7 +228,7 @@ impl NodeBuilder {
         }
         if wait_for_plugins && serves_tls {
             // This harness's HTTP helpers speak plain http; a TLS node says it in its log.
-            node.wait_for_log("start-up plugin load done", patience);
+            node.wait_for_log_within("start-up plugin load done", patience);
         } else if wait_for_plugins {
             node.wait_for_health_within("the start-up plugin load", patience, |health| {
                 health["status"] != "starting"
@@ -319,11 +319,16 @@ impl TestNode {
         }
     }
 
-    /// Wait until the log holds `needle`, or panic once `patience` has passed.
-    /// The node's output reaches the test through reader threads on its pipes,
-    /// so a line the node wrote before answering may not be in
-    /// [`Self::log_text`] yet when the answer is.
-    pub fn wait_for_log(&self, needle: &str, patience: Duration) {
+    /// Wait until the log holds `needle`, or panic after 10 s. The node's
+    /// output reaches the test through reader threads on its pipes, so a line
+    /// the node wrote before answering may not be in [`Self::log_text`] yet
+    /// when the answer is.
+    pub fn wait_for_log(&self, needle: &str) {
+        self.wait_for_log_within(needle, Duration::from_secs(10));
+    }
+
+    /// [`Self::wait_for_log`] with another patience.
+    pub fn wait_for_log_within(&self, needle: &str, patience: Duration) {
         self.wait_until(
             &format!("{needle:?} in the log"),
             patience,

@@ -351,8 +351,8 @@ fn a_renewed_certificate_reaches_new_connections_under_load_and_a_broken_one_is_
         "after the broken renewal only the renewed certificate is served"
     );
     // The refusal names the setting.
-    node.wait_for_log("tls.cert_file", Duration::from_secs(10));
-    node.wait_for_log("TLS certificate reloaded", Duration::from_secs(10));
+    node.wait_for_log("tls.cert_file");
+    node.wait_for_log("TLS certificate reloaded");
 }
 
 #[test]
