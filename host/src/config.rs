@@ -399,6 +399,11 @@ pub struct StoreConfig {
     /// its window) the embedded store holds in memory, about 40 bytes each;
     /// beyond them claims go to disk, slower. PostgreSQL keeps them in the database.
     pub max_claims_in_memory: usize,
+    /// Bytes of keyed entries (a signed request's state, read back only by
+    /// STATUS) the embedded store holds in memory behind its journal, each
+    /// its value plus 64; beyond them entries go to disk, slower. 0 keeps them
+    /// all on disk. PostgreSQL keeps them in the database.
+    pub max_keyed_bytes_in_memory: usize,
     /// Serialized bytes one conversation's or session's history may hold; an
     /// append beyond it is refused with the transport's "full" error.
     pub max_history_bytes: u64,

@@ -259,11 +259,16 @@ async fn open_store(config: &Config) -> Result<Store, NodeError> {
     let store = match config.store.backend {
         StoreBackend::Sled => {
             let dir = config.data_dir.join("state");
-            Store::open_bounded(&dir, config.store.max_claims_in_memory).map_err(|source| {
-                NodeError::Store {
-                    path: dir.display().to_string(),
-                    source,
-                }
+            Store::open_bounded(
+                &dir,
+                crate::store::MemoryBounds {
+                    max_claims: config.store.max_claims_in_memory,
+                    max_keyed_bytes: config.store.max_keyed_bytes_in_memory,
+                },
+            )
+            .map_err(|source| NodeError::Store {
+                path: dir.display().to_string(),
+                source,
             })?
         }
         StoreBackend::Postgres => {

@@ -52,6 +52,26 @@ pub trait Backend: Send + Sync + 'static {
         expires_at_ms: Option<u64>,
     ) -> Result<()>;
 
+    /// [`Backend::put`] for an entry that is read back only by its key with
+    /// [`Backend::get_keyed`], never listed, scanned or taken: a signed
+    /// request's state, written once per request. The embedded store holds
+    /// such entries in memory behind its journal (`store::journal`), so their
+    /// commit costs no tree flush; every other backend, by default, just puts.
+    async fn put_keyed(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<()> {
+        self.put(collection, key, value, expires_at_ms).await
+    }
+
+    /// The live entry [`Backend::put_keyed`] wrote under `key`, or `None`.
+    async fn get_keyed(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
+        self.get(collection, key).await
+    }
+
     /// Remove `key`; whether any entry (live or expired) was there.
     async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool>;
 
@@ -74,7 +94,7 @@ pub trait Backend: Send + Sync + 'static {
     /// `false` while one is live. Replay protection on every transport; of
     /// several claimants of one key at once, on any node, exactly one wins.
     /// By default a [`Collection::Replay`] entry (PostgreSQL: one row); the
-    /// embedded store keeps claims in memory with a journal (`store::claims`).
+    /// embedded store keeps claims in memory with a journal (`store::journal`).
     async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {
         self.insert_new(Collection::Replay, key, b"1", Some(expires_at_ms))
             .await

@@ -16,10 +16,12 @@
 //! expired entries read as absent at once and are removed by [`Store::sweep`],
 //! which the node runs periodically. Replay protection has its own call,
 //! [`Store::claim_once`], because its volume (one claim per signed message)
-//! deserves its own path on the embedded store (`claims`).
+//! deserves its own path on the embedded store (`journal`), and so does an
+//! entry written per request and read back only by its key
+//! ([`Store::put_keyed`], a signed request's state).
 
 pub mod backend;
-mod claims;
+mod journal;
 pub mod postgres;
 pub mod sled;
 #[cfg(test)]
@@ -83,6 +85,29 @@ pub const DEFAULT_MAX_HISTORY_BYTES: u64 = 8 << 20;
 
 /// Default of `store.max_claims_in_memory`.
 pub const DEFAULT_MAX_CLAIMS_IN_MEMORY: usize = 2_000_000;
+
+/// Default of `store.max_keyed_bytes_in_memory`.
+pub const DEFAULT_MAX_KEYED_BYTES_IN_MEMORY: usize = 64 << 20;
+
+/// What the embedded store holds in memory behind its journal before it
+/// spills to its trees (`store.max_claims_in_memory`,
+/// `store.max_keyed_bytes_in_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryBounds {
+    /// Live replay claims, about 40 bytes each.
+    pub max_claims: usize,
+    /// Keyed entries ([`Store::put_keyed`]): their values' bytes plus 64 each.
+    pub max_keyed_bytes: usize,
+}
+
+impl Default for MemoryBounds {
+    fn default() -> MemoryBounds {
+        MemoryBounds {
+            max_claims: DEFAULT_MAX_CLAIMS_IN_MEMORY,
+            max_keyed_bytes: DEFAULT_MAX_KEYED_BYTES_IN_MEMORY,
+        }
+    }
+}
 
 /// One bounded read of a history.
 #[derive(Debug)]
@@ -230,19 +255,14 @@ impl Store {
         }
     }
 
-    /// The embedded store in `dir`, with the default bound on replay claims
-    /// held in memory.
+    /// The embedded store in `dir`, with the default memory bounds.
     pub fn open(dir: &std::path::Path) -> Result<Store> {
-        Store::open_bounded(dir, DEFAULT_MAX_CLAIMS_IN_MEMORY)
+        Store::open_bounded(dir, MemoryBounds::default())
     }
 
-    /// The embedded store in `dir`, holding at most `max_claims_in_memory`
-    /// replay claims in memory (`store.max_claims_in_memory`).
-    pub fn open_bounded(dir: &std::path::Path, max_claims_in_memory: usize) -> Result<Store> {
-        Ok(Store::new(Arc::new(sled::SledBackend::open(
-            dir,
-            max_claims_in_memory,
-        )?)))
+    /// The embedded store in `dir`, holding in memory at most what `bounds` allow.
+    pub fn open_bounded(dir: &std::path::Path, bounds: MemoryBounds) -> Result<Store> {
+        Ok(Store::new(Arc::new(sled::SledBackend::open(dir, bounds)?)))
     }
 
     /// The byte quota of every history (`store.max_history_bytes`).
@@ -286,6 +306,34 @@ impl Store {
     ) -> Result<()> {
         let bytes = serde_json::to_vec(value)?;
         self.backend.put(collection, key, &bytes, expires_at_ms).await
+    }
+
+    /// [`Store::put`] for an entry written on a hot path and read back only
+    /// by its key with [`Store::get_keyed`], never listed, scanned or taken
+    /// (see [`Backend::put_keyed`]).
+    pub async fn put_keyed<T: Serialize + ?Sized>(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &T,
+        expires_at_ms: Option<u64>,
+    ) -> Result<()> {
+        let bytes = serde_json::to_vec(value)?;
+        self.backend
+            .put_keyed(collection, key, &bytes, expires_at_ms)
+            .await
+    }
+
+    /// The live value [`Store::put_keyed`] wrote, or `None`.
+    pub async fn get_keyed<T: DeserializeOwned>(
+        &self,
+        collection: Collection,
+        key: &[u8],
+    ) -> Result<Option<T>> {
+        match self.backend.get_keyed(collection, key).await? {
+            Some(entry) => Ok(Some(serde_json::from_slice(&entry.value)?)),
+            None => Ok(None),
+        }
     }
 
     pub async fn get<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {

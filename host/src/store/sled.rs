@@ -2,7 +2,8 @@
 //!
 //! Flush policy: [`Backend::commit`] waits for sled to flush to disk before
 //! the reply is sent. Commits are grouped: one flusher task runs sled's
-//! blocking `flush` (and syncs the replay-claim journal, [`super::claims`])
+//! blocking `flush` (and syncs the journal of replay claims and keyed
+//! entries, [`super::journal`])
 //! for every commit that arrived before it started, so concurrent requests
 //! share an fsync, and a commit with no write of its own pending returns at
 //! once. (sled 0.34's `flush_async` deadlocks when several are in flight at
@@ -24,8 +25,8 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::backend::{Backend, FleetMessage, RawEntry};
-use super::claims::{ClaimJournal, Progress};
-use super::{Collection, HistoryPage, Result, StoreError, now_ms};
+use super::journal::{Journal, Lookup, Progress, TreeStep};
+use super::{Collection, HistoryPage, MemoryBounds, Result, StoreError, now_ms};
 
 /// Where a history's counters live: `id` → [`HistoryMeta`]. Kept apart from the
 /// entries so that a prefix scan of a history never meets them.
@@ -33,7 +34,7 @@ const HISTORY_META_TREE: &str = "history_meta";
 
 pub struct SledBackend {
     db: sled::Db,
-    claims: Arc<ClaimJournal>,
+    journal: Arc<Journal>,
     /// Writes to sled's trees against those flushed.
     tree_progress: Arc<Progress>,
     flusher: OnceLock<mpsc::UnboundedSender<FlushWaiter>>,
@@ -82,32 +83,35 @@ fn decode(bytes: &[u8]) -> Result<EntryIn<'_>> {
     Ok(serde_json::from_slice(bytes)?)
 }
 
-/// Live replay claims a temporary store holds in memory before spilling.
-const TEMPORARY_MAX_CLAIMS: usize = 1 << 20;
+/// What a temporary store holds in memory before spilling.
+const TEMPORARY_BOUNDS: MemoryBounds = MemoryBounds {
+    max_claims: 1 << 20,
+    max_keyed_bytes: 64 << 20,
+};
 
 impl SledBackend {
-    /// The database in `dir`, and its replay-claim journal beside it
-    /// (`dir` + `.claims`).
-    pub fn open(dir: &Path, max_claims_in_memory: usize) -> Result<SledBackend> {
+    /// The database in `dir`, and its journal of replay claims and keyed
+    /// entries beside it (`dir` + `.claims`, named for what it first held).
+    pub fn open(dir: &Path, bounds: MemoryBounds) -> Result<SledBackend> {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        let claims = ClaimJournal::open(&dir.with_extension("claims"), max_claims_in_memory)?;
-        Ok(SledBackend::with_db(db, claims))
+        let journal = Journal::open(&dir.with_extension("claims"), bounds)?;
+        Ok(SledBackend::with_db(db, journal))
     }
 
     pub fn temporary() -> Result<SledBackend> {
         Ok(SledBackend::with_db(
             sled::Config::new().temporary(true).open()?,
-            ClaimJournal::in_memory(TEMPORARY_MAX_CLAIMS),
+            Journal::in_memory(TEMPORARY_BOUNDS),
         ))
     }
 
-    fn with_db(db: sled::Db, claims: ClaimJournal) -> SledBackend {
+    fn with_db(db: sled::Db, journal: Journal) -> SledBackend {
         SledBackend {
             db,
-            claims: Arc::new(claims),
+            journal: Arc::new(journal),
             tree_progress: Arc::new(Progress::default()),
             // Started by the first commit, inside the runtime.
             flusher: OnceLock::new(),
@@ -263,10 +267,10 @@ impl Backend for SledBackend {
     }
 
     /// In memory with a journal; past `store.max_claims_in_memory`, in the
-    /// `replay` tree (see [`super::claims`]).
+    /// `replay` tree (see [`super::journal`]).
     async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {
         // The tree is opened only when memory is full or something spilled.
-        self.claims.claim(
+        self.journal.claim(
             key,
             expires_at_ms,
             || match self.reading(Collection::Replay)?.get(key)? {
@@ -281,11 +285,46 @@ impl Backend for SledBackend {
     }
 
     async fn release_claim(&self, key: &[u8]) -> Result<()> {
-        self.claims.release(key);
-        if self.claims.has_spilled() {
+        self.journal.release(key);
+        if self.journal.has_spilled() {
             self.writing(Collection::Replay)?.remove(key)?;
         }
         Ok(())
+    }
+
+    /// In memory with a journal; past `store.max_keyed_bytes_in_memory`, in
+    /// the collection's tree (see [`super::journal`]).
+    async fn put_keyed(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<()> {
+        self.journal
+            .put(collection, key, value, expires_at_ms, |step| match step {
+                TreeStep::Nothing => Ok(()),
+                TreeStep::Remove => {
+                    self.writing(collection)?.remove(key)?;
+                    Ok(())
+                }
+                TreeStep::Put => {
+                    self.writing(collection)?
+                        .insert(key, encode(value, expires_at_ms)?)?;
+                    Ok(())
+                }
+            })
+    }
+
+    async fn get_keyed(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
+        match self.journal.get(collection, key) {
+            Lookup::Live(entry) => Ok(Some(RawEntry {
+                value: entry.value.into_vec(),
+                expires_at_ms: (entry.expires_at_ms != u64::MAX).then_some(entry.expires_at_ms),
+            })),
+            Lookup::Expired => Ok(None),
+            Lookup::Absent => self.get(collection, key).await,
+        }
     }
 
     async fn compare_and_swap(
@@ -449,21 +488,21 @@ impl Backend for SledBackend {
                 removed += 1;
             }
         }
-        removed += self.claims.sweep();
-        if self.claims.has_spilled() {
+        removed += self.journal.sweep();
+        if self.journal.has_spilled() {
             let spill = self.reading(Collection::Replay)?;
-            self.claims.end_spill_if(|| spill.is_empty());
+            self.journal.end_spill_if(|| spill.is_empty());
         }
         Ok(removed)
     }
 
     async fn commit(&self) -> Result<()> {
-        if self.tree_progress.all_durable() && self.claims.progress.all_durable() {
+        if self.tree_progress.all_durable() && self.journal.progress.all_durable() {
             return Ok(());
         }
         let flusher = self
             .flusher
-            .get_or_init(|| spawn_flusher(self.db.clone(), self.claims.clone(), self.tree_progress.clone()));
+            .get_or_init(|| spawn_flusher(self.db.clone(), self.journal.clone(), self.tree_progress.clone()));
         let (done, flushed) = oneshot::channel();
         flusher
             .send(done)
@@ -497,7 +536,7 @@ impl Backend for SledBackend {
 /// bench row 13 lost ~20 % of its answers per CPU-second.)
 fn spawn_flusher(
     db: sled::Db,
-    claims: Arc<ClaimJournal>,
+    journal: Arc<Journal>,
     tree_progress: Arc<Progress>,
 ) -> mpsc::UnboundedSender<FlushWaiter> {
     let (queue, mut waiting) = mpsc::unbounded_channel::<FlushWaiter>();
@@ -507,13 +546,13 @@ fn spawn_flusher(
             while let Ok(next) = waiting.try_recv() {
                 batch.push(next);
             }
-            let (db, claims, tree_progress) = (db.clone(), claims.clone(), tree_progress.clone());
+            let (db, journal, tree_progress) = (db.clone(), journal.clone(), tree_progress.clone());
             let result = tokio::task::spawn_blocking(move || {
-                let result = flush_round(&db, &claims, &tree_progress);
-                if claims.wants_rewrite()
-                    && let Err(error) = claims.rewrite()
+                let result = flush_round(&db, &journal, &tree_progress);
+                if journal.wants_rewrite()
+                    && let Err(error) = journal.rewrite()
                 {
-                    tracing::warn!(%error, "rewriting the replay-claim journal failed; it keeps growing until a rewrite succeeds");
+                    tracing::warn!(%error, "rewriting the store journal failed; it keeps growing until a rewrite succeeds");
                 }
                 result
             })
@@ -527,16 +566,16 @@ fn spawn_flusher(
     queue
 }
 
-/// One group commit: the claims journal, then sled if any tree changed.
+/// One group commit: the journal, then sled if any tree changed.
 fn flush_round(
     db: &sled::Db,
-    claims: &ClaimJournal,
+    journal: &Journal,
     tree_progress: &Progress,
 ) -> std::result::Result<(), String> {
-    let claims_mark = claims.progress.mark();
+    let journal_mark = journal.progress.mark();
     let tree_mark = tree_progress.mark();
-    claims.flush().map_err(|error| error.to_string())?;
-    claims.progress.made_durable(claims_mark);
+    journal.flush().map_err(|error| error.to_string())?;
+    journal.progress.made_durable(journal_mark);
     if tree_progress.behind(tree_mark) {
         db.flush().map_err(|error| error.to_string())?;
         tree_progress.made_durable(tree_mark);

@@ -46,6 +46,7 @@ on_every_backend!(
     concurrent_appenders_lose_nothing,
     concurrent_appenders_cannot_overrun_the_entry_limit,
     sweeping_an_expired_conversation_ends_its_history,
+    keyed_entries_are_read_back_by_key_until_they_expire,
 );
 
 fn sled_store() -> Store {
@@ -530,9 +531,76 @@ async fn sweeping_an_expired_conversation_ends_its_history(store: Store) {
     store.append_history("gone", &"c", 1).await.unwrap();
 }
 
+async fn keyed_entries_are_read_back_by_key_until_they_expire(store: Store) {
+    let c = Collection::Negotiations;
+    let later = Some(now_ms() + 60_000);
+    store.put_keyed(c, b"state", &"PROCESSING", later).await.unwrap();
+    store.put_keyed(c, b"state", &"COMPLETED", later).await.unwrap();
+    store.commit().await.unwrap();
+    assert_eq!(
+        store.get_keyed::<String>(c, b"state").await.unwrap().as_deref(),
+        Some("COMPLETED")
+    );
+    assert_eq!(
+        store
+            .get_keyed::<String>(Collection::Sessions, b"state")
+            .await
+            .unwrap(),
+        None
+    );
+    store.put_keyed(c, b"gone", &1, Some(now_ms() - 1)).await.unwrap();
+    assert_eq!(store.get_keyed::<u32>(c, b"gone").await.unwrap(), None);
+    // An entry written by a plain put (before keyed entries existed) reads back.
+    store.put(c, b"older", &"FAILED", later).await.unwrap();
+    assert_eq!(
+        store.get_keyed::<String>(c, b"older").await.unwrap().as_deref(),
+        Some("FAILED")
+    );
+}
+
+/// sled only: keyed entries are journaled with the claims, so their commit
+/// flushes no tree; past the memory bound they go to the tree and still read
+/// back. (That the journal brings them back after a restart is
+/// `journal::tests` and `crash::signed_direct_results_survive_a_sigkill_under_load`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_entries_are_journaled_and_spill_past_the_memory_bound() {
+    use super::backend::Backend;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state");
+    let bounds = MemoryBounds {
+        max_claims: 10,
+        max_keyed_bytes: 2 * (64 + 3),
+    };
+    let backend = sled::SledBackend::open(&path, bounds).unwrap();
+    let journal = path.with_extension("claims");
+    let c = Collection::Negotiations;
+    let later = Some(now_ms() + 60_000);
+    let empty = std::fs::metadata(&journal).unwrap().len();
+    backend.put_keyed(c, b"a", b"\"a\"", later).await.unwrap();
+    backend.put_keyed(c, b"b", b"\"b\"", later).await.unwrap();
+    assert!(
+        !backend.has_unflushed_writes(),
+        "a keyed entry in memory wrote a tree"
+    );
+    backend.commit().await.unwrap();
+    // Two entry records (29-byte header, 3-byte value, CRC) past the header.
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), empty + 2 * 36);
+    backend.put_keyed(c, b"c", b"\"c\"", later).await.unwrap();
+    assert!(
+        backend.has_unflushed_writes(),
+        "the spilled entry is the tree's to flush"
+    );
+    backend.commit().await.unwrap();
+    for key in ["a", "b", "c"] {
+        let entry = backend.get_keyed(c, key.as_bytes()).await.unwrap().unwrap();
+        assert_eq!(entry.value, format!("{key:?}").into_bytes());
+        assert_eq!(entry.expires_at_ms, later);
+    }
+}
+
 /// sled only: claims are journaled beside the database, and past the memory
 /// bound they spill to the tree and still admit a key once. (That the
-/// journal brings them back after a restart is `claims::tests` and the
+/// journal brings them back after a restart is `journal::tests` and the
 /// SIGKILL tests in `tests/e2e/crash.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_are_journaled_and_spill_past_the_memory_bound() {
@@ -540,7 +608,11 @@ async fn claims_are_journaled_and_spill_past_the_memory_bound() {
     let path = dir.path().join("state");
     let journal = path.with_extension("claims");
     let later = now_ms() + 60_000;
-    let store = Store::open_bounded(&path, 2).unwrap();
+    let bounds = MemoryBounds {
+        max_claims: 2,
+        ..MemoryBounds::default()
+    };
+    let store = Store::open_bounded(&path, bounds).unwrap();
     let empty = std::fs::metadata(&journal).unwrap().len();
     for key in [&b"a"[..], b"b", b"c", b"d"] {
         assert!(store.claim_once(key, later).await.unwrap());
@@ -562,7 +634,7 @@ async fn claims_are_journaled_and_spill_past_the_memory_bound() {
 async fn every_sled_write_leaves_the_next_commit_a_flush_to_wait_for() {
     use super::backend::Backend;
     let dir = tempfile::tempdir().unwrap();
-    let backend = sled::SledBackend::open(&dir.path().join("state"), 10).unwrap();
+    let backend = sled::SledBackend::open(&dir.path().join("state"), MemoryBounds::default()).unwrap();
     let c = Collection::Conversations;
     let later = Some(now_ms() + 60_000);
     backend.put(c, b"seed", b"1", later).await.unwrap();

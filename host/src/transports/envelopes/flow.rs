@@ -249,10 +249,11 @@ async fn set_state(
         updated_at_ms: now,
     };
     let ttl = service.node.config.envelopes.status_ttl_secs.saturating_mul(1000);
+    // Read back only by STATUS: on the embedded store, memory behind its journal.
     service
         .node
         .store
-        .put(
+        .put_keyed(
             Collection::Negotiations,
             &request_key(sender, request_id),
             &record,
@@ -642,7 +643,7 @@ async fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -
     let record = service
         .node
         .store
-        .get::<RequestRecord>(Collection::Negotiations, &key)
+        .get_keyed::<RequestRecord>(Collection::Negotiations, &key)
         .await
         .answering(answering)?
         .ok_or_else(|| EnvelopesError::NotFound(format!("no request {request_id:?} from you")))
