@@ -36,14 +36,20 @@
 //! slower, on disk, bounded only by the disk. While any claim is spilled every
 //! claim checks the `replay` tree as well, under the same lock, so a key is
 //! still admitted once. A keyed entry missing from memory is read from its
-//! tree (spilled, or written there before this journal held such entries);
-//! once entries have spilled, one written to memory is removed from its tree
-//! as well, so an older value cannot outlive a newer one. Expired claims and entries leave
-//! memory at each sweep. The journal is rewritten with only what is live at
-//! every start and when it has grown to [`COMPACT_FACTOR`] times the size of
-//! that rewrite (and at least [`COMPACT_MIN_BYTES`]).
+//! tree (spilled, or written there before this journal held such entries).
+//! The bound is checked when a key enters memory; a key already held is
+//! replaced there even if its new value grows past the bound (a request's
+//! state changes one word), because moving a held entry to the tree would
+//! need the tree's write durable before the journal drops the entry, and sled
+//! also flushes its trees on its own schedule. For the same reason a write to
+//! memory leaves an older spilled copy in the tree rather than removing it:
+//! memory is read first, and the older copy expires first (a request state's
+//! expiry is its write time plus a fixed TTL). Expired claims and entries
+//! leave memory at each sweep. The journal is rewritten with only what is live
+//! at every start and when it has grown to [`COMPACT_FACTOR`] times the size
+//! of that rewrite (and at least [`COMPACT_MIN_BYTES`]).
 //!
-//! **Format.** An 8-byte magic, then records. A claim, release or removal is
+//! **Format.** An 8-byte magic, then records. A claim or release is
 //! [`CLAIM_BYTES`]: kind, digest, expiry (Unix ms, little endian), CRC-32 of
 //! the rest. An entry is kind, digest, expiry, the value's length (u32), the
 //! value, and a CRC-32 of the rest. A torn record at the end (a crash
@@ -69,13 +75,12 @@ const CLAIM_BYTES: usize = 29;
 const CLAIM: u8 = 1;
 const RELEASE: u8 = 2;
 const ENTRY: u8 = 3;
-const REMOVE_ENTRY: u8 = 4;
 /// Kind, digest, expiry and length of an entry record, before its value.
 const ENTRY_HEADER_BYTES: usize = 1 + 16 + 8 + 4;
 /// Memory one keyed entry costs beyond its value's bytes (digest, expiry,
 /// the value's allocation and the hash table's slot), for the bound.
 pub(super) const ENTRY_OVERHEAD: usize = 64;
-/// Largest value held in memory; a larger one goes to its tree.
+/// Largest value a new key brings into memory; a larger one goes to its tree.
 pub(super) const MAX_KEYED_VALUE: usize = 64 << 10;
 
 /// The journal is rewritten when it is this many times the size of a
@@ -185,18 +190,6 @@ pub(super) enum Lookup {
     Absent,
 }
 
-/// Where a keyed write went, so the caller does the matching tree step
-/// (under the journal's lock, so memory and tree agree).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TreeStep {
-    /// Memory took it; nothing is spilled, so the tree holds no older value.
-    Nothing,
-    /// Memory took it; remove the key from the tree, which may hold an older value.
-    Remove,
-    /// Memory is full (or the value too large): put it in the tree.
-    Put,
-}
-
 #[derive(Default)]
 struct Held {
     claims: HashMap<KeyDigest, u64>,
@@ -220,13 +213,9 @@ impl Held {
         }
     }
 
-    fn remove_entry(&mut self, digest: &KeyDigest) -> bool {
-        match self.entries.remove(digest) {
-            Some(old) => {
-                self.forget(&old);
-                true
-            }
-            None => false,
+    fn remove_entry(&mut self, digest: &KeyDigest) {
+        if let Some(old) = self.entries.remove(digest) {
+            self.forget(&old);
         }
     }
 
@@ -268,8 +257,6 @@ pub(super) struct Journal {
     bounds: MemoryBounds,
     /// Whether any claim went to the sled tree since it was last found empty.
     spilled: AtomicBool,
-    /// Whether any keyed entry went to a tree since the node started.
-    entries_spilled: AtomicBool,
     /// A write failed: the next flush rewrites the journal whole.
     broken: AtomicBool,
     pub(super) progress: Progress,
@@ -304,7 +291,6 @@ impl Journal {
                 ..bounds
             },
             spilled: AtomicBool::new(false),
-            entries_spilled: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             progress: Progress::default(),
         }
@@ -354,15 +340,16 @@ impl Journal {
     }
 
     /// Hold `value` under `collection` and `key` until `expires_at_ms` (`None`:
-    /// until overwritten), or hand it to the tree: `tree` does the step the
-    /// returned [`TreeStep`] names, under the journal's lock.
+    /// until overwritten), or, for a new key that does not fit the bound,
+    /// `spill` it to the tree (under the journal's lock, so a racing write of
+    /// the same key cannot land in memory between the check and the spill).
     pub(super) fn put(
         &self,
         collection: Collection,
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
-        tree: impl FnOnce(TreeStep) -> Result<()>,
+        spill: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let digest = entry_digest(collection, key);
         let entry = KeyedEntry {
@@ -370,24 +357,11 @@ impl Journal {
             value: value.into(),
         };
         let mut held = self.held.lock();
-        let replaced = held.entries.get(&digest).map_or(0, KeyedEntry::memory);
-        let fits = value.len() <= MAX_KEYED_VALUE
-            && held.entry_memory - replaced + entry.memory() <= self.bounds.max_keyed_bytes;
+        let fits = held.entries.contains_key(&digest)
+            || (value.len() <= MAX_KEYED_VALUE
+                && held.entry_memory + entry.memory() <= self.bounds.max_keyed_bytes);
         if !fits {
-            self.entries_spilled.store(true, Ordering::Release);
-            tree(TreeStep::Put)?;
-            if held.remove_entry(&digest) {
-                self.queue(held, |held| {
-                    held.queued
-                        .extend_from_slice(&claim_record(REMOVE_ENTRY, &digest, 0));
-                });
-            }
-            return Ok(());
-        }
-        if self.entries_spilled.load(Ordering::Acquire) {
-            tree(TreeStep::Remove)?;
-        } else {
-            tree(TreeStep::Nothing)?;
+            return spill();
         }
         // Held and queued under one lock: a rewrite between the two would
         // drop the queued record without the entry in its snapshot.
@@ -536,7 +510,7 @@ fn io_error(path: &Path, error: std::io::Error) -> StoreError {
 
 /// One record read back.
 enum Record<'a> {
-    /// A claim, release or entry removal.
+    /// A claim or release.
     Fixed { kind: u8, digest: KeyDigest, at: u64 },
     Entry {
         digest: KeyDigest,
@@ -553,7 +527,7 @@ fn next_record(bytes: &[u8]) -> Option<(Record<'_>, &[u8])> {
     digest.copy_from_slice(bytes.get(1..17)?);
     let at = u64::from_le_bytes(bytes.get(17..25)?.try_into().ok()?);
     let (record, length) = match kind {
-        CLAIM | RELEASE | REMOVE_ENTRY => (Record::Fixed { kind, digest, at }, CLAIM_BYTES),
+        CLAIM | RELEASE => (Record::Fixed { kind, digest, at }, CLAIM_BYTES),
         ENTRY => {
             let value_len = u32::from_le_bytes(bytes.get(25..29)?.try_into().ok()?) as usize;
             let end = ENTRY_HEADER_BYTES.checked_add(value_len)?;
@@ -589,7 +563,7 @@ fn read_journal(path: &Path, mut file: File, held: &mut Held) -> Result<()> {
             return Ok(());
         };
         records = rest;
-        // A release, a removal, or a write that has expired since leaves nothing live.
+        // A release, or a write that has expired since, leaves nothing live.
         match record {
             Record::Fixed {
                 kind: CLAIM,
@@ -597,13 +571,6 @@ fn read_journal(path: &Path, mut file: File, held: &mut Held) -> Result<()> {
                 at,
             } if at > now => {
                 held.claims.insert(digest, at);
-            }
-            Record::Fixed {
-                kind: REMOVE_ENTRY,
-                digest,
-                ..
-            } => {
-                held.remove_entry(&digest);
             }
             Record::Fixed { digest, .. } => {
                 held.claims.remove(&digest);
@@ -640,10 +607,8 @@ mod tests {
 
     const C: Collection = Collection::Negotiations;
 
-    /// A tree step that must not happen (nothing spilled, memory to spare).
-    fn memory_only(step: TreeStep) -> Result<()> {
-        assert_eq!(step, TreeStep::Nothing);
-        Ok(())
+    fn memory_only() -> Result<()> {
+        panic!("a keyed entry went to the tree with memory to spare")
     }
 
     fn live(journal: &Journal, key: &[u8]) -> Option<Vec<u8>> {
@@ -811,7 +776,7 @@ mod tests {
     }
 
     #[test]
-    fn past_the_byte_bound_entries_go_to_the_tree_and_later_ones_clear_it() {
+    fn past_the_byte_bound_new_keys_go_to_the_tree_and_held_ones_stay() {
         let journal = Journal::in_memory(MemoryBounds {
             max_claims: 10,
             max_keyed_bytes: 2 * (ENTRY_OVERHEAD + 1),
@@ -819,29 +784,29 @@ mod tests {
         let later = Some(now_ms() + 60_000);
         journal.put(C, b"a", b"1", later, memory_only).unwrap();
         journal.put(C, b"b", b"2", later, memory_only).unwrap();
-        let mut steps = Vec::new();
-        let mut record = |step| {
-            steps.push(step);
-            Ok(())
-        };
-        journal.put(C, b"c", b"3", later, &mut record).unwrap();
-        // Overwriting in place fits; a larger value for a held key does not,
-        // and leaves memory so the tree's copy is the one read.
-        journal.put(C, b"a", b"4", later, &mut record).unwrap();
-        journal.put(C, b"b", b"22", later, &mut record).unwrap();
-        assert_eq!(steps, [TreeStep::Put, TreeStep::Remove, TreeStep::Put]);
-        assert_eq!(journal.get(C, b"b"), Lookup::Absent);
-        assert_eq!(journal.get(C, b"c"), Lookup::Absent);
-        assert_eq!(live(&journal, b"a").as_deref(), Some(&b"4"[..]));
-        let too_large = vec![b'1'; MAX_KEYED_VALUE + 1];
-        let roomy = Journal::in_memory(bounds(10));
-        let mut step = None;
-        roomy
-            .put(C, b"big", &too_large, later, |s| {
-                step = Some(s);
+        let mut spilled = Vec::new();
+        journal
+            .put(C, b"c", b"3", later, || {
+                spilled.push("c");
                 Ok(())
             })
             .unwrap();
-        assert_eq!(step, Some(TreeStep::Put));
+        assert_eq!(spilled, ["c"]);
+        assert_eq!(journal.get(C, b"c"), Lookup::Absent);
+        // A held key is replaced in memory, even by a value past the bound.
+        journal.put(C, b"b", b"22", later, memory_only).unwrap();
+        assert_eq!(live(&journal, b"b").as_deref(), Some(&b"22"[..]));
+        // A new key whose value is over the per-value limit goes to the tree.
+        let too_large = vec![b'1'; MAX_KEYED_VALUE + 1];
+        let roomy = Journal::in_memory(bounds(10));
+        let mut went = false;
+        roomy
+            .put(C, b"big", &too_large, later, || {
+                went = true;
+                Ok(())
+            })
+            .unwrap();
+        assert!(went);
+        assert_eq!(roomy.get(C, b"big"), Lookup::Absent);
     }
 }

@@ -25,7 +25,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::backend::{Backend, FleetMessage, RawEntry};
-use super::journal::{Journal, Lookup, Progress, TreeStep};
+use super::journal::{Journal, Lookup, Progress};
 use super::{Collection, HistoryPage, MemoryBounds, Result, StoreError, now_ms};
 
 /// Where a history's counters live: `id` → [`HistoryMeta`]. Kept apart from the
@@ -301,19 +301,11 @@ impl Backend for SledBackend {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
-        self.journal
-            .put(collection, key, value, expires_at_ms, |step| match step {
-                TreeStep::Nothing => Ok(()),
-                TreeStep::Remove => {
-                    self.writing(collection)?.remove(key)?;
-                    Ok(())
-                }
-                TreeStep::Put => {
-                    self.writing(collection)?
-                        .insert(key, encode(value, expires_at_ms)?)?;
-                    Ok(())
-                }
-            })
+        self.journal.put(collection, key, value, expires_at_ms, || {
+            self.writing(collection)?
+                .insert(key, encode(value, expires_at_ms)?)?;
+            Ok(())
+        })
     }
 
     async fn get_keyed(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
