@@ -79,9 +79,9 @@ const ENTRY: u8 = 3;
 const ENTRY_HEADER_BYTES: usize = 1 + 16 + 8 + 4;
 /// Memory one keyed entry costs beyond its value's bytes (digest, expiry,
 /// the value's allocation and the hash table's slot), for the bound.
-pub(super) const ENTRY_OVERHEAD: usize = 64;
+const ENTRY_OVERHEAD: usize = 64;
 /// Largest value a new key brings into memory; a larger one goes to its tree.
-pub(super) const MAX_KEYED_VALUE: usize = 64 << 10;
+const MAX_KEYED_VALUE: usize = 64 << 10;
 
 /// The journal is rewritten when it is this many times the size of a
 /// journal of just what is live (and at least [`COMPACT_MIN_BYTES`]).
@@ -90,22 +90,25 @@ const COMPACT_MIN_BYTES: u64 = 100_000 * CLAIM_BYTES as u64;
 
 type KeyDigest = [u8; 16];
 
-fn digest(key: &[u8]) -> KeyDigest {
-    let full = Sha256::digest(key);
+/// The first 16 bytes of the SHA-256 of `parts`, concatenated.
+fn digest_of(parts: &[&[u8]]) -> KeyDigest {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
     let mut short = [0u8; 16];
-    short.copy_from_slice(&full[..16]);
+    short.copy_from_slice(&hasher.finalize()[..16]);
     short
+}
+
+/// A replay claim's digest: its key.
+fn digest(key: &[u8]) -> KeyDigest {
+    digest_of(&[key])
 }
 
 /// A keyed entry's digest: its collection's name and its key.
 fn entry_digest(collection: Collection, key: &[u8]) -> KeyDigest {
-    let mut hasher = Sha256::new();
-    hasher.update(collection.table_name().as_bytes());
-    hasher.update([0]);
-    hasher.update(key);
-    let mut short = [0u8; 16];
-    short.copy_from_slice(&hasher.finalize()[..16]);
-    short
+    digest_of(&[collection.table_name().as_bytes(), b"\0", key])
 }
 
 fn claim_record(kind: u8, digest: &KeyDigest, expires_at_ms: u64) -> [u8; CLAIM_BYTES] {
@@ -194,10 +197,9 @@ pub(super) enum Lookup {
 struct Held {
     claims: HashMap<KeyDigest, u64>,
     entries: HashMap<KeyDigest, KeyedEntry>,
-    /// Memory the entries take, by [`KeyedEntry::memory`].
-    entry_memory: usize,
-    /// Bytes a rewrite of the live entries would take.
-    entry_record_bytes: u64,
+    /// The held entries' values, in bytes: with their number, what they cost
+    /// in memory and in a rewrite of the journal.
+    entry_value_bytes: usize,
     /// Records not yet handed to the file.
     queued: Vec<u8>,
     /// Bytes in the file or queued, for the rewrite's threshold.
@@ -206,45 +208,43 @@ struct Held {
 
 impl Held {
     fn insert_entry(&mut self, digest: KeyDigest, entry: KeyedEntry) {
-        self.entry_memory += entry.memory();
-        self.entry_record_bytes += entry_record_bytes(&entry.value) as u64;
+        self.entry_value_bytes += entry.value.len();
         if let Some(old) = self.entries.insert(digest, entry) {
-            self.forget(&old);
+            self.entry_value_bytes -= old.value.len();
         }
     }
 
     fn remove_entry(&mut self, digest: &KeyDigest) {
         if let Some(old) = self.entries.remove(digest) {
-            self.forget(&old);
+            self.entry_value_bytes -= old.value.len();
         }
     }
 
-    fn forget(&mut self, old: &KeyedEntry) {
-        self.entry_memory -= old.memory();
-        self.entry_record_bytes -= entry_record_bytes(&old.value) as u64;
+    /// Memory the entries take, by [`KeyedEntry::memory`].
+    fn entry_memory(&self) -> usize {
+        self.entry_value_bytes + self.entries.len() * ENTRY_OVERHEAD
     }
 
     fn drop_expired(&mut self, now: u64) -> usize {
         let before = self.claims.len() + self.entries.len();
         self.claims.retain(|_, at| *at > now);
-        let mut gone = Vec::new();
+        let mut freed = 0;
         self.entries.retain(|_, entry| {
             let live = entry.expires_at_ms > now;
             if !live {
-                gone.push((entry.memory(), entry_record_bytes(&entry.value) as u64));
+                freed += entry.value.len();
             }
             live
         });
-        for (memory, record) in gone {
-            self.entry_memory -= memory;
-            self.entry_record_bytes -= record;
-        }
+        self.entry_value_bytes -= freed;
         before - self.claims.len() - self.entries.len()
     }
 
     /// Bytes a journal of just what is live would take.
     fn live_bytes(&self) -> u64 {
-        (MAGIC.len() + self.claims.len() * CLAIM_BYTES) as u64 + self.entry_record_bytes
+        let claims = self.claims.len() * CLAIM_BYTES;
+        let entries = self.entry_value_bytes + self.entries.len() * entry_record_bytes(&[]);
+        (MAGIC.len() + claims + entries) as u64
     }
 }
 
@@ -359,7 +359,7 @@ impl Journal {
         let mut held = self.held.lock();
         let fits = held.entries.contains_key(&digest)
             || (value.len() <= MAX_KEYED_VALUE
-                && held.entry_memory + entry.memory() <= self.bounds.max_keyed_bytes);
+                && held.entry_memory() + entry.memory() <= self.bounds.max_keyed_bytes);
         if !fits {
             return spill();
         }

@@ -240,6 +240,14 @@ pub struct Store {
     max_history_bytes: u64,
 }
 
+/// The typed value of an entry a backend returned.
+fn value_of<T: DeserializeOwned>(entry: Option<backend::RawEntry>) -> Result<Option<T>> {
+    match entry {
+        Some(entry) => Ok(Some(serde_json::from_slice(&entry.value)?)),
+        None => Ok(None),
+    }
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -330,10 +338,7 @@ impl Store {
         collection: Collection,
         key: &[u8],
     ) -> Result<Option<T>> {
-        match self.backend.get_keyed(collection, key).await? {
-            Some(entry) => Ok(Some(serde_json::from_slice(&entry.value)?)),
-            None => Ok(None),
-        }
+        value_of(self.backend.get_keyed(collection, key).await?)
     }
 
     pub async fn get<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {
@@ -367,10 +372,7 @@ impl Store {
     /// Remove and return a live entry; of several takers at once (on any node
     /// sharing the store), exactly one gets it.
     pub async fn take<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {
-        match self.backend.take(collection, key).await? {
-            Some(entry) => Ok(Some(serde_json::from_slice(&entry.value)?)),
-            None => Ok(None),
-        }
+        value_of(self.backend.take(collection, key).await?)
     }
 
     /// Insert only if the key is absent (or expired). Returns false when a live entry exists:

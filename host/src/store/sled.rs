@@ -86,7 +86,7 @@ fn decode(bytes: &[u8]) -> Result<EntryIn<'_>> {
 /// What a temporary store holds in memory before spilling.
 const TEMPORARY_BOUNDS: MemoryBounds = MemoryBounds {
     max_claims: 1 << 20,
-    max_keyed_bytes: 64 << 20,
+    max_keyed_bytes: super::DEFAULT_MAX_KEYED_BYTES_IN_MEMORY,
 };
 
 impl SledBackend {
