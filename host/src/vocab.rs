@@ -149,6 +149,10 @@ pub enum InvokeError {
     OutputTooLarge { size: usize, limit: usize },
     #[error("the node is overloaded; try again shortly")]
     Overloaded,
+    /// No plugin serves the request yet while the start-up load runs: the one
+    /// that does may still be compiling. Retryable, like [`InvokeError::Overloaded`].
+    #[error("the node is still loading its plugins; try again shortly")]
+    Starting,
 }
 
 impl InvokeError {
@@ -161,6 +165,7 @@ impl InvokeError {
             InvokeError::Trapped(_) => "trap",
             InvokeError::OutputTooLarge { .. } => "output_too_large",
             InvokeError::Overloaded => "overloaded",
+            InvokeError::Starting => "starting",
         }
     }
 }

@@ -175,7 +175,8 @@ fn health_says_starting_with_progress_while_a_plugin_compiles_then_ok() {
         "the node serves meanwhile"
     );
 
-    // A request needing a plugin that may be the one still compiling: "try again", not "unknown".
+    // A request needing a plugin that may be the one still compiling: "try
+    // again" because the node is loading, not "unknown" and not "overloaded".
     let no_protocol = post(
         &node.url("/agora"),
         "application/json",
@@ -183,11 +184,25 @@ fn health_says_starting_with_progress_while_a_plugin_compiles_then_ok() {
     );
     assert_eq!(no_protocol.status, 503, "{}", no_protocol.body);
     assert_eq!(no_protocol.header("retry-after"), Some("1"));
+    assert!(
+        no_protocol.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("still loading its plugins")),
+        "{}",
+        no_protocol.body
+    );
     let alice = Agent::new();
     let (did, _) = envelopes::hello(&node, &alice);
     let request = primes_request(&alice, serde_json::json!({"limit": 10}));
     let reply = envelopes::send(&node, &request, &did);
     reply.assert_error(503, "a resource while plugins load");
+    assert!(
+        reply.payload()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("still loading its plugins")),
+        "{}",
+        reply.envelope
+    );
 
     // Open and close the other end: the node reads an empty entry and compiles.
     drop(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());

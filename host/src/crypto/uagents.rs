@@ -312,6 +312,15 @@ pub fn protocol_manifest(models: &[ProtocolModel<'_>], interactions: &[(&str, Ve
     })
 }
 
+/// The protocol digest of an agent whose every model may be answered by any
+/// of them: what a plugin's declared models make (one interaction per model,
+/// all models as its responses).
+pub fn answering_protocol_digest(models: &[ProtocolModel<'_>]) -> String {
+    let all: Vec<&str> = models.iter().map(|m| m.digest).collect();
+    let interactions: Vec<(&str, Vec<&str>)> = all.iter().map(|digest| (*digest, all.clone())).collect();
+    protocol_digest(&protocol_manifest(models, &interactions))
+}
+
 /// `proto:` + SHA-256 hex of the cleaned manifest as Python dumps it with sorted keys.
 pub fn protocol_digest(manifest: &Value) -> String {
     format!("proto:{}", sha256_hex(pyjson::dumps_sorted(manifest).as_bytes()))

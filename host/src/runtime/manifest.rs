@@ -26,6 +26,10 @@ pub struct PluginManifest {
     pub accepts_any_document: bool,
     pub resources: Vec<Resource>,
     pub models: Vec<Model>,
+    /// The uAgents protocol digest its models make (each answered by any of
+    /// them), `None` without models: computed once here, since every uAgents
+    /// reply and the Almanac registration carry it.
+    pub uagents_protocol: Option<String>,
     pub leagues: Vec<String>,
     pub assistant: bool,
     pub tools: Vec<ToolSpec>,
@@ -73,6 +77,21 @@ pub enum InstancePolicy {
         max_concurrency: u32,
         idle_timeout_ms: u32,
     },
+}
+
+/// The protocol digest `models` make, as [`PluginManifest::uagents_protocol`] holds it.
+pub fn uagents_protocol(models: &[Model]) -> Option<String> {
+    if models.is_empty() {
+        return None;
+    }
+    let models: Vec<crypto::uagents::ProtocolModel<'_>> = models
+        .iter()
+        .map(|m| crypto::uagents::ProtocolModel {
+            digest: &m.digest,
+            schema: &m.schema,
+        })
+        .collect();
+    Some(crypto::uagents::answering_protocol_digest(&models))
 }
 
 pub(super) fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -198,6 +217,7 @@ impl PluginManifest {
             default_agora: raw.default_agora,
             accepts_any_document: raw.accepts_any_document,
             resources,
+            uagents_protocol: uagents_protocol(&models),
             models,
             leagues: raw.leagues,
             assistant: raw.assistant,

@@ -234,12 +234,13 @@ impl Runtime {
 
     /// What a transport that found no plugin for a request asks first: while
     /// the start-up load runs, the plugin may simply not be compiled yet, so
-    /// the answer is "unavailable, try again" — [`InvokeError::Overloaded`],
+    /// the answer is "unavailable, try again" — [`InvokeError::Starting`],
     /// which every transport maps to its protocol's 503 (with `Retry-After`
-    /// where HTTP) — rather than "unknown".
+    /// where HTTP) and a message saying the node is still loading — rather
+    /// than "unknown".
     pub fn not_found_yet(&self) -> Result<(), InvokeError> {
         if self.is_starting() {
-            Err(InvokeError::Overloaded)
+            Err(InvokeError::Starting)
         } else {
             Ok(())
         }

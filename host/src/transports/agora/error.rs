@@ -34,6 +34,8 @@ pub enum AgoraError {
     Rejected(String),
     #[error("The node is overloaded, try again shortly")]
     Overloaded,
+    #[error("The node is still loading its plugins, try again shortly")]
+    Starting,
     /// A conversation cap or the creation rate (429 per client, 503 in total).
     #[error("{message}")]
     Busy {
@@ -96,6 +98,7 @@ impl From<InvokeError> for AgoraError {
     fn from(error: InvokeError) -> Self {
         match error {
             InvokeError::Overloaded => AgoraError::Overloaded,
+            InvokeError::Starting => AgoraError::Starting,
             InvokeError::Failure {
                 kind: FailureKind::Unsupported,
                 message,
@@ -123,7 +126,7 @@ impl AgoraError {
             AgoraError::UnsupportedProtocol | AgoraError::ConversationExpired | AgoraError::Rejected(_) => {
                 StatusCode::OK
             }
-            AgoraError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            AgoraError::Overloaded | AgoraError::Starting => StatusCode::SERVICE_UNAVAILABLE,
             AgoraError::Busy { status, .. } => *status,
             AgoraError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -135,7 +138,7 @@ impl AgoraError {
         let message = self.to_string();
         let retry_after = match &self {
             AgoraError::Busy { retry_after, .. } => Some(*retry_after),
-            AgoraError::Overloaded => Some(1),
+            AgoraError::Overloaded | AgoraError::Starting => Some(1),
             _ => None,
         };
         if matches!(self, AgoraError::Busy { .. }) {

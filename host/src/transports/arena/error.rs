@@ -36,6 +36,8 @@ pub enum ArenaError {
     Busy(usize),
     #[error("the node is overloaded; retry shortly")]
     Overloaded,
+    #[error("the node is still loading its plugins; retry shortly")]
+    Starting,
     #[error("no plugin serves any league")]
     NoLeagues,
     #[error("{0}")]
@@ -54,7 +56,7 @@ impl ArenaError {
             ArenaError::Timeout => StatusCode::REQUEST_TIMEOUT,
             // 503 rather than 429: the arena skips the match without penalty,
             // where 429 would pause this agent for five minutes (§5).
-            ArenaError::Busy(_) | ArenaError::Overloaded | ArenaError::NoLeagues => {
+            ArenaError::Busy(_) | ArenaError::Overloaded | ArenaError::Starting | ArenaError::NoLeagues => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ArenaError::PluginFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -99,6 +101,7 @@ impl From<InvokeError> for ArenaError {
         match error {
             InvokeError::Timeout => ArenaError::Timeout,
             InvokeError::Overloaded => ArenaError::Overloaded,
+            InvokeError::Starting => ArenaError::Starting,
             InvokeError::Failure {
                 kind: FailureKind::BadRequest | FailureKind::Unsupported,
                 message,

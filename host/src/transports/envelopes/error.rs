@@ -37,6 +37,8 @@ pub enum EnvelopesError {
     Internal(String),
     #[error("the node is busy; try again shortly")]
     Overloaded,
+    #[error("the node is still loading its plugins; try again shortly")]
+    Starting,
     /// The store cannot answer now (its database is down or unreachable):
     /// nothing was done, and the same request may simply be sent again.
     #[error("the node's storage is unavailable; try again shortly")]
@@ -56,7 +58,7 @@ impl EnvelopesError {
             EnvelopesError::Timeout(_) => 408,
             EnvelopesError::RateLimited { .. } | EnvelopesError::TooManyOffers(_) => 429,
             EnvelopesError::Internal(_) => 500,
-            EnvelopesError::Overloaded | EnvelopesError::StorageUnavailable => 503,
+            EnvelopesError::Overloaded | EnvelopesError::Starting | EnvelopesError::StorageUnavailable => 503,
         }
     }
 
@@ -67,7 +69,9 @@ impl EnvelopesError {
     fn retry_after_secs(&self) -> Option<u64> {
         match self {
             EnvelopesError::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
-            EnvelopesError::Overloaded | EnvelopesError::StorageUnavailable => Some(1),
+            EnvelopesError::Overloaded | EnvelopesError::Starting | EnvelopesError::StorageUnavailable => {
+                Some(1)
+            }
             _ => None,
         }
     }
@@ -96,6 +100,7 @@ impl From<InvokeError> for EnvelopesError {
             },
             InvokeError::Timeout => EnvelopesError::Timeout(error.to_string()),
             InvokeError::Overloaded => EnvelopesError::Overloaded,
+            InvokeError::Starting => EnvelopesError::Starting,
             other => EnvelopesError::Internal(other.to_string()),
         }
     }

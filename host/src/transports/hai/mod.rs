@@ -152,6 +152,8 @@ pub enum HaiError {
     AssistantFailed(String),
     #[error("The node is overloaded; try again shortly")]
     Overloaded,
+    #[error("The node is still loading its plugins; try again shortly")]
+    Starting,
     #[error("This session's history is full; start a new session")]
     SessionFull,
     /// The store cannot answer now (its database is down or unreachable):
@@ -179,6 +181,7 @@ impl From<InvokeError> for HaiError {
     fn from(error: InvokeError) -> Self {
         match error {
             InvokeError::Overloaded => HaiError::Overloaded,
+            InvokeError::Starting => HaiError::Starting,
             InvokeError::Failure {
                 kind: FailureKind::BadRequest,
                 message,
@@ -205,7 +208,8 @@ impl HaiError {
             HaiError::ToolFailed { .. } => "tool_execution_failed",
             HaiError::NoAssistant => "assistant_unavailable",
             HaiError::AssistantFailed(_) => "assistant_failed",
-            HaiError::Overloaded => "overloaded",
+            // The same retryable code: a client needs only to try again.
+            HaiError::Overloaded | HaiError::Starting => "overloaded",
             HaiError::SessionFull => "session_full",
             HaiError::StorageUnavailable => "storage_unavailable",
             HaiError::Internal(_) => "internal_error",

@@ -44,6 +44,8 @@ pub enum SubmitError {
     BadPayload(String),
     #[error("the node is overloaded; try again shortly")]
     Overloaded,
+    #[error("the node is still loading its plugins; try again shortly")]
+    Starting,
     /// The store cannot answer now (its database is down or unreachable):
     /// nothing was done, and the same request may simply be sent again.
     #[error("the node's storage is unavailable; try again shortly")]
@@ -69,7 +71,9 @@ impl IntoResponse for SubmitError {
     fn into_response(self) -> Response {
         let status = match self {
             SubmitError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            SubmitError::Overloaded | SubmitError::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            SubmitError::Overloaded | SubmitError::Starting | SubmitError::StorageUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             SubmitError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         };

@@ -73,8 +73,7 @@ use self::error::SubmitError;
 pub use self::state::fleet_seed;
 use self::state::{UagentsState, claim_once, node_identity};
 use self::wire::{
-    check_policy, empty_ok, error_message, invoke_error_text, now_secs, plugin_protocol_digest, plugin_reply,
-    sign_reply,
+    check_policy, empty_ok, error_message, invoke_error_text, now_secs, plugin_reply, sign_reply,
 };
 use crate::config::Config;
 use crate::crypto::uagents::Envelope;
@@ -186,7 +185,7 @@ async fn submit(
             .node
             .runtime
             .not_found_yet()
-            .map_err(|_| SubmitError::Overloaded)?;
+            .map_err(|_| SubmitError::Starting)?;
     }
     let replay_key = claim_once(&state, &envelope, now).await?;
 
@@ -347,8 +346,7 @@ fn protocol_digests(node: &NodeState) -> Vec<String> {
     let registry = node.runtime.registry();
     let mut protocols: Vec<String> = registry
         .plugins()
-        .filter(|p| !p.manifest.models.is_empty())
-        .map(|p| plugin_protocol_digest(&p.manifest))
+        .filter_map(|p| p.manifest.uagents_protocol.clone())
         .collect();
     protocols.sort();
     protocols.dedup();

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::error::SubmitError;
 use crate::config::Config;
-use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope, ProtocolModel};
+use crate::crypto::uagents::{self as ucrypto, AgentIdentity, Envelope};
 use crate::runtime::InvokeError;
 use crate::runtime::manifest::PluginManifest;
 use crate::store::now_ms;
@@ -99,23 +99,8 @@ pub(super) fn plugin_reply(
     Some(ReplyMessage {
         schema_digest,
         json: Value::Object(fields).to_string(),
-        protocol_digest: Some(plugin_protocol_digest(manifest)),
+        protocol_digest: manifest.uagents_protocol.clone(),
     })
-}
-
-/// The protocol a plugin speaks: its models, each answered by any of them.
-pub fn plugin_protocol_digest(manifest: &PluginManifest) -> String {
-    let models: Vec<ProtocolModel<'_>> = manifest
-        .models
-        .iter()
-        .map(|m| ProtocolModel {
-            digest: &m.digest,
-            schema: &m.schema,
-        })
-        .collect();
-    let all: Vec<&str> = manifest.models.iter().map(|m| m.digest.as_str()).collect();
-    let interactions: Vec<(&str, Vec<&str>)> = all.iter().map(|digest| (*digest, all.clone())).collect();
-    ucrypto::protocol_digest(&ucrypto::protocol_manifest(&models, &interactions))
 }
 
 /// A new envelope from the node to the request's sender, same session, signed.
@@ -142,6 +127,17 @@ mod tests {
     use super::*;
 
     fn manifest_with(models: &[(&str, &str)]) -> PluginManifest {
+        let models: Vec<crate::runtime::manifest::Model> = models
+            .iter()
+            .map(|(name, schema)| {
+                let schema: Value = serde_json::from_str(schema).unwrap();
+                crate::runtime::manifest::Model {
+                    name: name.to_string(),
+                    digest: ucrypto::schema_digest(&schema),
+                    schema,
+                }
+            })
+            .collect();
         PluginManifest {
             name: "test".into(),
             version: "1".into(),
@@ -150,17 +146,8 @@ mod tests {
             default_agora: false,
             accepts_any_document: false,
             resources: Vec::new(),
-            models: models
-                .iter()
-                .map(|(name, schema)| {
-                    let schema: Value = serde_json::from_str(schema).unwrap();
-                    crate::runtime::manifest::Model {
-                        name: name.to_string(),
-                        digest: ucrypto::schema_digest(&schema),
-                        schema,
-                    }
-                })
-                .collect(),
+            uagents_protocol: crate::runtime::manifest::uagents_protocol(&models),
+            models,
             leagues: Vec::new(),
             assistant: false,
             tools: Vec::new(),
@@ -183,7 +170,7 @@ mod tests {
         let same = plugin_reply(&manifest, &request, r#"{"text": "a"}"#).unwrap();
         assert_eq!(same.schema_digest, request);
         assert_eq!(same.json, r#"{"text":"a"}"#);
-        assert_eq!(same.protocol_digest, Some(plugin_protocol_digest(&manifest)));
+        assert_eq!(same.protocol_digest, manifest.uagents_protocol);
 
         let named = plugin_reply(
             &manifest,
@@ -211,8 +198,10 @@ mod tests {
     fn the_echo_plugins_protocol_digest_is_the_librarys() {
         // The digest uagents computes for Protocol(interactions={Message: {Message}}).
         assert_eq!(
-            plugin_protocol_digest(&manifest_with(&[("Message", MESSAGE_SCHEMA)])),
-            "proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3"
+            manifest_with(&[("Message", MESSAGE_SCHEMA)])
+                .uagents_protocol
+                .as_deref(),
+            Some("proto:7053d1150aeb4ab2321419183c1d414acf35781830eaed0d6ce54bde8dc9ddc3")
         );
     }
 
