@@ -184,10 +184,9 @@ fn health_says_starting_with_progress_while_a_plugin_compiles_then_ok() {
     );
     assert_eq!(no_protocol.status, 503, "{}", no_protocol.body);
     assert_eq!(no_protocol.header("retry-after"), Some("1"));
+    let says_loading = |text: Option<&str>| text.is_some_and(|t| t.contains("still loading its plugins"));
     assert!(
-        no_protocol.json()["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("still loading its plugins")),
+        says_loading(no_protocol.json()["error"].as_str()),
         "{}",
         no_protocol.body
     );
@@ -197,9 +196,7 @@ fn health_says_starting_with_progress_while_a_plugin_compiles_then_ok() {
     let reply = envelopes::send(&node, &request, &did);
     reply.assert_error(503, "a resource while plugins load");
     assert!(
-        reply.payload()["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("still loading its plugins")),
+        says_loading(reply.payload()["message"].as_str()),
         "{}",
         reply.envelope
     );
