@@ -2,7 +2,8 @@
 //!
 //! A manifest is untrusted input: every list and string is bounded, names are
 //! restricted, JSON schemas must parse, and routing keys are computed here by
-//! the host (protocol SHA1s, uAgents schema digests), never taken from the plugin.
+//! the host (protocol SHA1s, uAgents schema digests and the protocol digest
+//! they make), never taken from the plugin.
 
 use serde::Serialize;
 
