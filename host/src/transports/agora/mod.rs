@@ -117,8 +117,8 @@ async fn handle_start(
     };
     let body = plugin_body(&request.body, route.document.as_deref());
     let Some(reservation) = reservation else {
-        let reply = run(state, &route.plugin, route.key, None, &body).await?;
-        return Ok(success(reply, None));
+        let reply = run(state, &route.plugin, route.key, None, body).await?;
+        return Ok(success(&reply, None));
     };
     let record = create_conversation(
         state,
@@ -129,7 +129,7 @@ async fn handle_start(
     )
     .await?;
     let id = reservation.id.clone();
-    let reply = match run(state, &route.plugin, route.key, Some(&id), &body).await {
+    let reply = match run(state, &route.plugin, route.key, Some(&id), body).await {
         Ok(reply) => reply,
         Err(error) => {
             // Nobody learns the id of a conversation whose first round failed.
@@ -144,7 +144,7 @@ async fn handle_start(
     append(state, &id, "agent", &reply).await?;
     state.store.commit().await?;
     reservation.keep();
-    Ok(success(reply, Some((&id, record.expires_at))))
+    Ok(success(&reply, Some((&id, record.expires_at))))
 }
 
 fn default_plugin(state: &NodeState, registry: &Registry) -> Result<Arc<LoadedPlugin>, AgoraError> {
@@ -306,11 +306,11 @@ async fn handle_follow_up(
         .ok_or(AgoraError::UnsupportedProtocol)?;
     let route = conversation.protocol_hash.clone().unwrap_or_default();
     let body = plugin_body(&request.body, conversation.document.as_deref());
-    let reply = run(state, &plugin, route, Some(id), &body).await?;
+    let reply = run(state, &plugin, route, Some(id), body).await?;
     append(state, id, "user", &request.body).await?;
     append(state, id, "agent", &reply).await?;
     state.store.commit().await?;
-    Ok(success(reply, Some((id, conversation.expires_at))))
+    Ok(success(&reply, Some((id, conversation.expires_at))))
 }
 
 /// `DELETE {base}/conversations/{id}`: end a conversation.
@@ -331,7 +331,7 @@ async fn end_conversation(State(agora): State<Agora>, Path(id): Path<String>) ->
         state.store.remove_history(&id).await?;
         state.store.commit().await?;
         agora.limits.release(&id);
-        Ok::<_, AgoraError>(success(Value::String("Conversation ended".into()), None))
+        Ok::<_, AgoraError>(success(&Value::String("Conversation ended".into()), None))
     }
     .await;
     result.unwrap_or_else(|error| error.into_response(dialect))
@@ -359,7 +359,7 @@ async fn run(
     plugin: &Arc<LoadedPlugin>,
     route: String,
     conversation: Option<&str>,
-    body: &Value,
+    body: String,
 ) -> Result<Value, AgoraError> {
     let call = Call {
         transport: TransportKind::Agora,
@@ -367,7 +367,7 @@ async fn run(
         route,
         sender: None,
         conversation: conversation.map(str::to_string),
-        body: body.to_string(),
+        body,
     };
     let mut exchange = Exchange::new();
     if let Some(id) = conversation {

@@ -8,7 +8,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::document;
 use super::error::AgoraError;
@@ -105,20 +106,46 @@ pub fn request_fields(
     })
 }
 
-/// What the plugin receives: the body itself, or for an any-document plugin the
-/// verified document beside it.
-pub(super) fn plugin_body(body: &Value, document: Option<&str>) -> Value {
+/// The JSON text the plugin receives: the body itself, or for an
+/// any-document plugin the verified document beside it.
+pub(super) fn plugin_body(body: &Value, document: Option<&str>) -> String {
     match document {
-        Some(text) => json!({"protocolDocument": text, "body": body}),
-        None => body.clone(),
+        // Serializing a `Value` and a string cannot fail.
+        Some(text) => serde_json::to_string(&PluginBody {
+            body,
+            protocol_document: text,
+        })
+        .unwrap_or_default(),
+        None => body.to_string(),
     }
 }
 
-pub(super) fn success(body: Value, conversation: Option<(&str, u64)>) -> Response {
-    let mut reply = json!({"status": "success", "body": body});
-    if let Some((id, expires)) = conversation {
-        reply["conversationId"] = json!(id);
-        reply["conversationExpires"] = json!(expires);
-    }
-    axum::Json(reply).into_response()
+#[derive(Serialize)]
+struct PluginBody<'a> {
+    body: &'a Value,
+    #[serde(rename = "protocolDocument")]
+    protocol_document: &'a str,
+}
+
+/// A success reply (§6.2), serialized straight from the plugin's parsed
+/// answer: `json!` would copy the answer into a new tree first. Members in
+/// sorted order, as a `serde_json` object writes them.
+#[derive(Serialize)]
+struct Success<'a> {
+    body: &'a Value,
+    #[serde(rename = "conversationExpires", skip_serializing_if = "Option::is_none")]
+    conversation_expires: Option<u64>,
+    #[serde(rename = "conversationId", skip_serializing_if = "Option::is_none")]
+    conversation_id: Option<&'a str>,
+    status: &'static str,
+}
+
+pub(super) fn success(body: &Value, conversation: Option<(&str, u64)>) -> Response {
+    axum::Json(Success {
+        body,
+        conversation_expires: conversation.map(|(_, expires)| expires),
+        conversation_id: conversation.map(|(id, _)| id),
+        status: "success",
+    })
+    .into_response()
 }
