@@ -179,7 +179,7 @@ async fn the_start_up_load_shows_each_file_pending_then_loaded_or_failed() {
     assert!(test.runtime.is_starting());
     assert!(matches!(
         test.runtime.not_found_yet(),
-        Err(InvokeError::Overloaded)
+        Err(InvokeError::Starting)
     ));
     let status = test.status();
     let states: Vec<&str> = status
