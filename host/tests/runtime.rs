@@ -177,10 +177,7 @@ async fn the_start_up_load_shows_each_file_pending_then_loaded_or_failed() {
     // The folder is listed when the load is asked for; nothing compiles until it is awaited.
     let load = test.runtime.load_all();
     assert!(test.runtime.is_starting());
-    assert!(matches!(
-        test.runtime.not_found_yet(),
-        Err(InvokeError::Starting)
-    ));
+    assert!(matches!(test.runtime.not_found_yet(), Err(InvokeError::Starting)));
     let status = test.status();
     let states: Vec<&str> = status
         .as_array()
