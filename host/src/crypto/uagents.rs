@@ -31,6 +31,8 @@ use super::{pyjson, sha256_hex};
 
 pub const AGENT_PREFIX: &str = "agent";
 pub const SIGNATURE_PREFIX: &str = "sig";
+const AGENT_HRP: Hrp = Hrp::parse_unchecked(AGENT_PREFIX);
+const SIGNATURE_HRP: Hrp = Hrp::parse_unchecked(SIGNATURE_PREFIX);
 /// Length of an `agent1…` address (65 characters).
 pub const AGENT_ADDRESS_LENGTH: usize = 65;
 
@@ -71,19 +73,18 @@ fn encode_bech32(hrp: &str, data: &[u8]) -> String {
 }
 
 /// Decode a bech32 string (classic checksum) into its prefix and bytes. Only the
-/// canonical encoding is accepted (no stray padding bits), as Python's
-/// `convertbits(…, False)` does.
-fn decode_bech32(text: &str) -> Result<(String, Vec<u8>), UagentsCryptoError> {
+/// canonical encoding is accepted, as Python's `convertbits(…, False)` does: at
+/// most four padding bits, all zero (BIP-173's rule, which the crate checks for
+/// segwit data), so no two strings decode to the same bytes.
+fn decode_bech32(text: &str) -> Result<(Hrp, Vec<u8>), UagentsCryptoError> {
     if text.len() > 1023 {
         return Err(UagentsCryptoError::Undecodable);
     }
     let checked = CheckedHrpstring::new::<Bech32>(text).map_err(|_| UagentsCryptoError::Undecodable)?;
-    let prefix = checked.hrp().to_lowercase();
-    let data: Vec<u8> = checked.byte_iter().collect();
-    if encode_bech32(&prefix, &data) != text.to_ascii_lowercase() {
-        return Err(UagentsCryptoError::Undecodable);
-    }
-    Ok((prefix, data))
+    checked
+        .validate_segwit_padding()
+        .map_err(|_| UagentsCryptoError::Undecodable)?;
+    Ok((checked.hrp(), checked.byte_iter().collect()))
 }
 
 /// The `agent1…` address of a public key.
@@ -94,7 +95,7 @@ pub fn address_of(key: &PublicKey) -> String {
 /// The public key behind an `agent1…` address.
 pub fn decode_address(address: &str) -> Result<PublicKey, UagentsCryptoError> {
     let (prefix, data) = decode_bech32(address)?;
-    if prefix != AGENT_PREFIX {
+    if prefix != AGENT_HRP {
         return Err(UagentsCryptoError::NotAnAgentAddress);
     }
     PublicKey::from_slice(&data).map_err(|_| UagentsCryptoError::NotAnAgentAddress)
@@ -112,7 +113,7 @@ pub fn encode_signature(signature: &Signature) -> String {
 /// Decode a `sig1…` string into r‖s; high-S values are kept as they are.
 pub fn decode_signature(text: &str) -> Result<Signature, UagentsCryptoError> {
     let (prefix, data) = decode_bech32(text)?;
-    if prefix != SIGNATURE_PREFIX {
+    if prefix != SIGNATURE_HRP {
         return Err(UagentsCryptoError::NotASignature);
     }
     Signature::from_compact(&data).map_err(|_| UagentsCryptoError::BadSignature)
@@ -121,11 +122,19 @@ pub fn decode_signature(text: &str) -> Result<Signature, UagentsCryptoError> {
 /// Verify a `sig1…` signature by the key of `address` over a 32-byte digest used as
 /// the prehash. High-S signatures (as Python produces half the time) are accepted.
 pub fn verify_digest(address: &str, digest: &[u8; 32], signature: &str) -> Result<(), UagentsCryptoError> {
-    let key = decode_address(address)?;
+    verify_digest_by(&decode_address(address)?, digest, signature)
+}
+
+/// [`verify_digest`] with the sender's key already decoded from its address.
+pub fn verify_digest_by(
+    key: &PublicKey,
+    digest: &[u8; 32],
+    signature: &str,
+) -> Result<(), UagentsCryptoError> {
     let mut signature = decode_signature(signature)?;
     signature.normalize_s();
     SECP256K1
-        .verify_ecdsa(Message::from_digest(*digest), &signature, &key)
+        .verify_ecdsa(Message::from_digest(*digest), &signature, key)
         .map_err(|_| UagentsCryptoError::BadSignature)
 }
 
@@ -237,11 +246,17 @@ impl Envelope {
 
     /// Check the signature against the sender's address.
     pub fn verify(&self) -> Result<(), UagentsCryptoError> {
+        self.verify_by(&decode_address(&self.sender)?)
+    }
+
+    /// Check the signature against `key`, which the caller has decoded from
+    /// `sender` (a receiver that sees the same senders again keeps their keys).
+    pub fn verify_by(&self, key: &PublicKey) -> Result<(), UagentsCryptoError> {
         let signature = self
             .signature
             .as_deref()
             .ok_or(UagentsCryptoError::MissingSignature)?;
-        verify_digest(&self.sender, &self.digest(), signature)
+        verify_digest_by(key, &self.digest(), signature)
     }
 
     /// `payload` as standard base64 of the message's JSON text.
@@ -562,5 +577,87 @@ mod tests {
         assert_eq!(decode_address(""), Err(UagentsCryptoError::Undecodable));
         let sig = encode_signature(&Signature::from_compact(&[1u8; 64]).unwrap());
         assert_eq!(decode_address(&sig), Err(UagentsCryptoError::NotAnAgentAddress));
+
+        // 33 bytes are 264 bits: 53 groups of five with one padding bit. Strings with
+        // a valid checksum whose padding is set, or one group too many, name the same
+        // key but are not the canonical encoding Python accepts.
+        let mut groups = to_groups(&key);
+        let canonical = bech32_string("agent", &groups);
+        assert_eq!(
+            canonical,
+            identity.address(),
+            "the helper encodes as the library does"
+        );
+        assert_eq!(decode_address(&canonical), Ok(*identity.verifying_key()));
+        let mut upper = canonical.to_ascii_uppercase();
+        assert_eq!(decode_address(&upper), Ok(*identity.verifying_key()));
+        upper.replace_range(..1, "a");
+        assert_eq!(
+            decode_address(&upper),
+            Err(UagentsCryptoError::Undecodable),
+            "mixed case"
+        );
+        let last = groups.len() - 1;
+        groups[last] |= 1;
+        assert_eq!(
+            decode_address(&bech32_string("agent", &groups)),
+            Err(UagentsCryptoError::Undecodable),
+            "a padding bit set"
+        );
+        groups[last] &= !1;
+        groups.push(0);
+        assert_eq!(
+            decode_address(&bech32_string("agent", &groups)),
+            Err(UagentsCryptoError::Undecodable),
+            "six bits of padding"
+        );
+    }
+
+    /// Bytes as bech32's five-bit groups, the last one padded with zeros.
+    fn to_groups(bytes: &[u8]) -> Vec<u8> {
+        let (mut groups, mut acc, mut bits) = (Vec::new(), 0u32, 0);
+        for byte in bytes {
+            acc = (acc << 8) | u32::from(*byte);
+            bits += 8;
+            while bits >= 5 {
+                bits -= 5;
+                groups.push(((acc >> bits) & 31) as u8);
+            }
+        }
+        if bits > 0 {
+            groups.push(((acc << (5 - bits)) & 31) as u8);
+        }
+        groups
+    }
+
+    /// BIP-173's reference encoder, over groups as given (padding included).
+    fn bech32_string(hrp: &str, groups: &[u8]) -> String {
+        const CHARSET: &[u8] = b"qpzry9x8gf2tvdw0s3jn54khce6mua7l";
+        const GEN: [u32; 5] = [0x3b6a57b2, 0x26508e6d, 0x1ea119fa, 0x3d4233dd, 0x2a1462b3];
+        let polymod = |values: &[u8]| {
+            let mut chk = 1u32;
+            for value in values {
+                let top = chk >> 25;
+                chk = ((chk & 0x1ff_ffff) << 5) ^ u32::from(*value);
+                for (i, g) in GEN.iter().enumerate() {
+                    if (top >> i) & 1 == 1 {
+                        chk ^= g;
+                    }
+                }
+            }
+            chk
+        };
+        let mut values: Vec<u8> = hrp.bytes().map(|b| b >> 5).collect();
+        values.push(0);
+        values.extend(hrp.bytes().map(|b| b & 31));
+        values.extend_from_slice(groups);
+        values.extend([0; 6]);
+        let checksum = polymod(&values) ^ 1;
+        let mut text = format!("{hrp}1");
+        let checksum_groups = (0..6).map(|i| ((checksum >> (5 * (5 - i))) & 31) as u8);
+        for group in groups.iter().copied().chain(checksum_groups) {
+            text.push(CHARSET[usize::from(group)] as char);
+        }
+        text
     }
 }

@@ -115,6 +115,7 @@ pub fn router(state: NodeState) -> Router {
             identity,
             deliveries,
             almanac,
+            sender_keys: Arc::default(),
         })
 }
 
@@ -147,7 +148,7 @@ async fn submit(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"sync"));
 
     // Verify before anything else looks at the contents.
-    envelope.verify()?;
+    state.sender_keys.verify(&envelope)?;
     let identity = state
         .identity
         .clone()

@@ -1,17 +1,21 @@
 //! What the uAgents transport holds: the node's uAgents identity (its seed,
 //! kept in `{data_dir}/uagents.seed`), the replay entries that accept each
 //! (sender, digest) once (`Store::claim_once`, `uagents.replay_window_secs`), and the
-//! delivery slots for asynchronous replies (`uagents.max_pending_replies`).
+//! delivery slots for asynchronous replies (`uagents.max_pending_replies`),
+//! and the public keys of senders it has verified ([`SenderKeys`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use rand::RngCore;
+use secp256k1::PublicKey;
 use tokio::sync::Semaphore;
 
 use super::error::SubmitError;
 use crate::config::Config;
 use crate::crypto::identity::create_secret_file;
-use crate::crypto::uagents::{AgentIdentity, Envelope};
+use crate::crypto::uagents::{AgentIdentity, Envelope, UagentsCryptoError, decode_address};
 use crate::node::state::NodeState;
 use crate::peers::almanac::Resolver;
 use crate::peers::uagents::{SEED_FILE, sending_identity};
@@ -27,6 +31,73 @@ pub(super) struct UagentsState {
     pub(super) deliveries: Arc<Semaphore>,
     /// Endpoints of senders not in `uagents.peers`, when `uagents.almanac_api` is set.
     pub(super) almanac: Option<Arc<Resolver>>,
+    pub(super) sender_keys: Arc<SenderKeys>,
+}
+
+/// Most sender keys kept, over both generations (~200 bytes each).
+pub(super) const MAX_SENDER_KEYS: usize = 8192;
+
+/// The public keys of senders whose envelopes verified, by `agent1…` address.
+///
+/// Decoding an address (its bech32 checksum, then the square root that
+/// decompresses the curve point) is a fixed part of every verification, and a
+/// node hears the same senders again and again. A key is a function of its
+/// address, so a kept key is never stale. Only addresses that signed a valid
+/// envelope are kept, in two generations of at most half the bound each: when
+/// the newer one is full it becomes the older and the older is dropped, and a
+/// key found in the older moves to the newer, so the senders in use stay and
+/// a flood of new addresses costs its own decoding and no more memory.
+#[derive(Default)]
+pub(super) struct SenderKeys {
+    generations: Mutex<Generations>,
+}
+
+#[derive(Default)]
+struct Generations {
+    newer: HashMap<Box<str>, PublicKey>,
+    older: HashMap<Box<str>, PublicKey>,
+}
+
+impl SenderKeys {
+    /// [`Envelope::verify`], with the sender's key from here when it is kept.
+    pub(super) fn verify(&self, envelope: &Envelope) -> Result<(), UagentsCryptoError> {
+        if let Some(key) = self.get(&envelope.sender) {
+            return envelope.verify_by(&key);
+        }
+        let key = decode_address(&envelope.sender)?;
+        envelope.verify_by(&key)?;
+        self.keep(envelope.sender.as_str().into(), key);
+        Ok(())
+    }
+
+    fn get(&self, address: &str) -> Option<PublicKey> {
+        let mut generations = self.generations.lock();
+        if let Some(key) = generations.newer.get(address) {
+            return Some(*key);
+        }
+        let (address, key) = generations.older.remove_entry(address)?;
+        generations.insert(address, key);
+        Some(key)
+    }
+
+    fn keep(&self, address: Box<str>, key: PublicKey) {
+        self.generations.lock().insert(address, key);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let generations = self.generations.lock();
+        generations.newer.len() + generations.older.len()
+    }
+}
+
+impl Generations {
+    fn insert(&mut self, address: Box<str>, key: PublicKey) {
+        if self.newer.len() >= MAX_SENDER_KEYS / 2 {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.newer.insert(address, key);
+    }
 }
 
 /// The node's uAgents identity: from `uagents.seed`, else from a random seed
@@ -107,5 +178,73 @@ pub(super) async fn claim_once(
         Ok(key)
     } else {
         Err(SubmitError::Replayed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signed_by(identity: &AgentIdentity, nonce: u64) -> Envelope {
+        let mut envelope = Envelope {
+            version: 1,
+            sender: identity.address().to_string(),
+            target: identity.address().to_string(),
+            session: "6f1c2b7e-1111-4a4a-8b8b-0123456789ab".into(),
+            schema_digest: "model:0".into(),
+            protocol_digest: None,
+            payload: None,
+            expires: None,
+            nonce: Some(nonce),
+            signature: None,
+        };
+        envelope.sign(identity);
+        envelope
+    }
+
+    #[test]
+    fn kept_keys_still_check_every_signature_and_only_verified_senders_are_kept() {
+        let keys = SenderKeys::default();
+        let alice = AgentIdentity::from_seed("alice").unwrap();
+        let bob = AgentIdentity::from_seed("bob").unwrap();
+
+        // A forged envelope (bob's signature under alice's address) is refused and keeps nothing.
+        let mut forged = signed_by(&alice, 1);
+        forged.signature = signed_by(&bob, 1).signature;
+        assert_eq!(keys.verify(&forged), Err(UagentsCryptoError::BadSignature));
+        assert_eq!(keys.len(), 0);
+
+        keys.verify(&signed_by(&alice, 2)).unwrap();
+        keys.verify(&signed_by(&alice, 3)).unwrap();
+        assert_eq!(keys.len(), 1);
+        // With alice's key kept, the forgery is still refused, and so is a changed envelope.
+        assert_eq!(keys.verify(&forged), Err(UagentsCryptoError::BadSignature));
+        let mut altered = signed_by(&alice, 4);
+        altered.nonce = Some(5);
+        assert_eq!(keys.verify(&altered), Err(UagentsCryptoError::BadSignature));
+        let mut unsigned = signed_by(&alice, 6);
+        unsigned.signature = None;
+        assert_eq!(keys.verify(&unsigned), Err(UagentsCryptoError::MissingSignature));
+        assert_eq!(keys.len(), 1);
+    }
+
+    #[test]
+    fn sender_keys_stay_within_the_bound_and_keys_in_use_survive() {
+        let keys = SenderKeys::default();
+        let alice = AgentIdentity::from_seed("alice").unwrap();
+        keys.verify(&signed_by(&alice, 1)).unwrap();
+        let key = *alice.verifying_key();
+        for round in 0..3 * MAX_SENDER_KEYS {
+            keys.keep(format!("agent1flood{round}").into(), key);
+            if round % 1000 == 0 {
+                // Alice keeps talking: her key moves to the newer generation each time.
+                assert_eq!(keys.get(alice.address()), Some(key));
+            }
+            assert!(keys.len() <= MAX_SENDER_KEYS);
+        }
+        // After a turn-over the older generation is full and the newer is filling.
+        assert!(keys.len() > MAX_SENDER_KEYS / 2);
+        assert_eq!(keys.get(alice.address()), Some(key));
+        assert_eq!(keys.get("agent1flood0"), None, "the oldest addresses are gone");
     }
 }
