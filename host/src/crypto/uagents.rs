@@ -246,17 +246,22 @@ impl Envelope {
 
     /// Check the signature against the sender's address.
     pub fn verify(&self) -> Result<(), UagentsCryptoError> {
-        self.verify_by(&decode_address(&self.sender)?)
+        self.verify_with(decode_address)
     }
 
-    /// Check the signature against `key`, which the caller has decoded from
-    /// `sender` (a receiver that sees the same senders again keeps their keys).
-    pub fn verify_by(&self, key: &PublicKey) -> Result<(), UagentsCryptoError> {
+    /// [`Envelope::verify`] with the sender's key from `key_of`, which is asked
+    /// only once the envelope is signed: the library refuses an unsigned
+    /// envelope before it reads the sender (a receiver that sees the same
+    /// senders again keeps their keys).
+    pub fn verify_with(
+        &self,
+        key_of: impl FnOnce(&str) -> Result<PublicKey, UagentsCryptoError>,
+    ) -> Result<(), UagentsCryptoError> {
         let signature = self
             .signature
             .as_deref()
             .ok_or(UagentsCryptoError::MissingSignature)?;
-        verify_digest_by(key, &self.digest(), signature)
+        verify_digest_by(&key_of(&self.sender)?, &self.digest(), signature)
     }
 
     /// `payload` as standard base64 of the message's JSON text.

@@ -61,12 +61,18 @@ struct Generations {
 impl SenderKeys {
     /// [`Envelope::verify`], with the sender's key from here when it is kept.
     pub(super) fn verify(&self, envelope: &Envelope) -> Result<(), UagentsCryptoError> {
-        if let Some(key) = self.get(&envelope.sender) {
-            return envelope.verify_by(&key);
+        let mut decoded = None;
+        envelope.verify_with(|sender| match self.get(sender) {
+            Some(key) => Ok(key),
+            None => {
+                let key = decode_address(sender)?;
+                decoded = Some(key);
+                Ok(key)
+            }
+        })?;
+        if let Some(key) = decoded {
+            self.keep(envelope.sender.as_str().into(), key);
         }
-        let key = decode_address(&envelope.sender)?;
-        envelope.verify_by(&key)?;
-        self.keep(envelope.sender.as_str().into(), key);
         Ok(())
     }
 
@@ -224,6 +230,9 @@ mod tests {
         assert_eq!(keys.verify(&altered), Err(UagentsCryptoError::BadSignature));
         let mut unsigned = signed_by(&alice, 6);
         unsigned.signature = None;
+        assert_eq!(keys.verify(&unsigned), Err(UagentsCryptoError::MissingSignature));
+        // As in the library, an unsigned envelope is refused as such before its sender is read.
+        unsigned.sender = "user1qqqq".into();
         assert_eq!(keys.verify(&unsigned), Err(UagentsCryptoError::MissingSignature));
         assert_eq!(keys.len(), 1);
     }
