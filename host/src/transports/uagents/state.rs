@@ -35,7 +35,7 @@ pub(super) struct UagentsState {
 }
 
 /// Most sender keys kept, over both generations (~200 bytes each).
-pub(super) const MAX_SENDER_KEYS: usize = 8192;
+const MAX_SENDER_KEYS: usize = 8192;
 
 /// The public keys of senders whose envelopes verified, by `agent1…` address.
 ///
@@ -255,5 +255,10 @@ mod tests {
         assert!(keys.len() > MAX_SENDER_KEYS / 2);
         assert_eq!(keys.get(alice.address()), Some(key));
         assert_eq!(keys.get("agent1flood0"), None, "the oldest addresses are gone");
+        // Honest senders are still served: the one in use and one never seen before.
+        keys.verify(&signed_by(&alice, 2)).unwrap();
+        let bob = AgentIdentity::from_seed("bob").unwrap();
+        keys.verify(&signed_by(&bob, 1)).unwrap();
+        assert!(keys.len() <= MAX_SENDER_KEYS);
     }
 }
