@@ -35,6 +35,61 @@ pub mod agent {
 
 pub use agora::node::types::{FailureKind, InstancePolicy, Phase, Risk as WitRisk, Transport};
 
+use wasmtime::Store;
+use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, TypedFunc};
+
+/// Where the two exports a call runs are, found once per plugin version.
+///
+/// [`PluginPre::instantiate_async`] type-checks every export of the world for
+/// every instance, the manifest's large record among them, though a call runs
+/// one export and the load already checked them all (it reads the manifest
+/// through `PluginPre`). A fresh instance per call is the hot path, so it
+/// looks up and checks only the export it calls.
+pub struct CallExports {
+    handle: ComponentExportIndex,
+    run_tool: ComponentExportIndex,
+}
+
+impl CallExports {
+    pub fn new<T>(pre: &InstancePre<T>) -> wasmtime::Result<CallExports> {
+        let component = pre.component();
+        let index = |name: &str| {
+            component
+                .get_export_index(None, name)
+                .ok_or_else(|| wasmtime::format_err!("the component exports no `{name}`"))
+        };
+        Ok(CallExports {
+            handle: index("handle")?,
+            run_tool: index("run-tool")?,
+        })
+    }
+
+    /// `handle` of a fresh `instance`.
+    pub async fn call_handle<T: Send>(
+        &self,
+        store: &mut Store<T>,
+        instance: &Instance,
+        message: &Message,
+    ) -> wasmtime::Result<Result<String, Failure>> {
+        let func: TypedFunc<(&Message,), (Result<String, Failure>,)> =
+            instance.get_typed_func(&mut *store, self.handle)?;
+        Ok(func.call_async(store, (message,)).await?.0)
+    }
+
+    /// `run-tool` of a fresh `instance`.
+    pub async fn call_run_tool<T: Send>(
+        &self,
+        store: &mut Store<T>,
+        instance: &Instance,
+        name: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Result<String, String>> {
+        let func: TypedFunc<(&str, &str), (Result<String, String>,)> =
+            instance.get_typed_func(&mut *store, self.run_tool)?;
+        Ok(func.call_async(store, (name, arguments)).await?.0)
+    }
+}
+
 impl From<Transport> for vocab::TransportKind {
     fn from(transport: Transport) -> Self {
         match transport {

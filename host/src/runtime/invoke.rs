@@ -5,22 +5,57 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::bindings::{self, Plugin};
+use wasmtime::component::Instance;
+
+use super::bindings;
 use super::exchange::Exchange;
 use super::instance::{self, PluginState};
 use super::{Call, InvokeError, LoadedPlugin, Runtime, warm};
 
 /// Where one call runs: a fresh instance, or one leased from the plugin's warm pool.
 pub(super) enum CallInstance {
-    Fresh(wasmtime::Store<PluginState>, Plugin),
+    /// A fresh instance: its export is type-checked when called ([`bindings::CallExports`]).
+    Fresh(wasmtime::Store<PluginState>, Instance),
+    /// A warm instance was loaded with every export checked once, when it was made.
     Warm(warm::Lease),
 }
 
 impl CallInstance {
-    pub(super) fn parts(&mut self) -> (&mut wasmtime::Store<PluginState>, &Plugin) {
+    pub(super) fn store(&mut self) -> &mut wasmtime::Store<PluginState> {
         match self {
-            CallInstance::Fresh(store, plugin) => (store, plugin),
-            CallInstance::Warm(lease) => (&mut lease.instance.store, &lease.instance.plugin),
+            CallInstance::Fresh(store, _) => store,
+            CallInstance::Warm(lease) => &mut lease.instance.store,
+        }
+    }
+
+    async fn call_handle(
+        &mut self,
+        exports: &bindings::CallExports,
+        message: &bindings::Message,
+    ) -> wasmtime::Result<Result<String, bindings::Failure>> {
+        match self {
+            CallInstance::Fresh(store, instance) => exports.call_handle(store, instance, message).await,
+            CallInstance::Warm(lease) => {
+                let warm = &mut lease.instance;
+                warm.plugin.call_handle(&mut warm.store, message).await
+            }
+        }
+    }
+
+    pub(super) async fn call_run_tool(
+        &mut self,
+        exports: &bindings::CallExports,
+        name: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Result<String, String>> {
+        match self {
+            CallInstance::Fresh(store, instance) => {
+                exports.call_run_tool(store, instance, name, arguments).await
+            }
+            CallInstance::Warm(lease) => {
+                let warm = &mut lease.instance;
+                warm.plugin.call_run_tool(&mut warm.store, name, arguments).await
+            }
         }
     }
 }
@@ -60,8 +95,8 @@ impl Runtime {
             body: call.body,
         };
         let mut call_instance = self.call_instance(plugin, exchange).await?;
-        let (store, instance) = call_instance.parts();
-        let outcome = instance.call_handle(&mut *store, &message).await;
+        let outcome = call_instance.call_handle(&plugin.exports, &message).await;
+        let store = call_instance.store();
         instance::drain_stdio(store);
         let result = match outcome {
             Ok(Ok(reply)) => self.check_output(reply),
@@ -96,14 +131,14 @@ impl Runtime {
                 .await?;
             let mut call_instance = CallInstance::Warm(lease);
             // The slot lives in the store: a parked call gives it up and takes one again there.
-            call_instance.parts().0.data_mut().slot.permit = Some(slot);
+            call_instance.store().data_mut().slot.permit = Some(slot);
             call_instance
         } else {
             let slot = self.inner.host.call_slot().await?;
             let mut store =
                 instance::new_store(&self.inner, Arc::from(name), Some(Arc::from(name)), exchange);
             store.data_mut().slot.permit = Some(slot);
-            match plugin.pre.instantiate_async(&mut store).await {
+            match plugin.pre.instance_pre().instantiate_async(&mut store).await {
                 Ok(instance) => CallInstance::Fresh(store, instance),
                 Err(error) => return Err(instance::classify(&mut store, error)),
             }

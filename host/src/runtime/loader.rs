@@ -257,6 +257,8 @@ impl Runtime {
             path: file.into(),
             message,
         };
+        let exports = bindings::CallExports::new(pre.instance_pre())
+            .map_err(|error| manifest_error(error.to_string()))?;
         let (raw, capabilities) = self
             .read_manifest(&pre, agent.as_ref())
             .await
@@ -291,6 +293,7 @@ impl Runtime {
             loaded_at_ms: crate::store::now_ms(),
             capabilities,
             pre,
+            exports,
             agent,
             warm,
         });

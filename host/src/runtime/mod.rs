@@ -85,6 +85,8 @@ pub struct LoadedPlugin {
     /// What the plugin asks beyond answering messages (its optional `extensions` export).
     pub capabilities: capabilities::Capabilities,
     pre: PluginPre<instance::PluginState>,
+    /// Where `handle` and `run-tool` are, for fresh instances.
+    exports: bindings::CallExports,
     /// Where the `extensions` export's functions are, when the plugin has it.
     agent: Option<bindings::agent::exports::agora::node::extensions::GuestIndices>,
     /// Reused instances when the manifest asks for `warm`; dropped with this version.

@@ -315,10 +315,10 @@ impl Runtime {
         exchange: Exchange,
     ) -> Result<Result<String, String>, InvokeError> {
         let mut call_instance = self.call_instance(plugin, exchange).await?;
-        let (store, instance) = call_instance.parts();
-        let outcome = instance
-            .call_run_tool(&mut *store, name, &arguments.to_string())
+        let outcome = call_instance
+            .call_run_tool(&plugin.exports, name, &arguments.to_string())
             .await;
+        let store = call_instance.store();
         instance::drain_stdio(store);
         let (result, clean) = match outcome {
             Ok(Ok(output)) => match self.check_output(output) {
