@@ -43,8 +43,8 @@ use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, TypedFunc
 /// [`PluginPre::instantiate_async`] type-checks every export of the world for
 /// every instance, the manifest's large record among them, though a call runs
 /// one export and the load already checked them all (it reads the manifest
-/// through `PluginPre`). A fresh instance per call is the hot path, so it
-/// looks up and checks only the export it calls.
+/// after `PluginIndices::load`, which checks every export). A fresh instance
+/// per call is the hot path, so it looks up and checks only the export it calls.
 pub struct CallExports {
     handle: ComponentExportIndex,
     run_tool: ComponentExportIndex,
