@@ -11,8 +11,8 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 /// mimalloc instead of glibc's malloc: every request allocates and frees on
 /// whichever worker runs it (hyper's buffers, serde, a plugin call's store),
 /// where glibc's malloc and free were ~9 % of a uAgents exchange's CPU. Measured
-/// in bench rows 1, 3 and 4, same binary with and without (bench/README.md,
-/// ninth step). Its arenas are kept off transparent huge pages (`no_thp`): with
+/// in bench rows 1, 3, 4, 6 and 11–13, same tree built with and without
+/// (bench/README.md, ninth step). Its arenas are kept off transparent huge pages (`no_thp`): with
 /// them the idle node's resident memory was 131 MB instead of 38 MB.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
