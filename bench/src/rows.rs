@@ -389,7 +389,8 @@ async fn row1(settings: &Settings) -> Result<Row> {
     let ratio = peak_node.rate() / peak_ceiling.rate().max(1e-9);
     let cpu_ratio = peak_node.per_cpu() / peak_ceiling.per_cpu().max(1e-9);
     let p99 = fixed_node.total.p(0.99);
-    let met = ratio >= 0.5 && p99 <= 2.0 && peak_node.total.failed == 0;
+    // Issue 21: both ways of counting, per wall second and per CPU-second.
+    let met = ratio >= 0.5 && cpu_ratio >= 0.5 && p99 <= 2.0 && peak_node.total.failed == 0;
     Ok(Row {
         id: 1,
         measure: "Agora single-round request, Wasm plugin (unit-converter) vs bare axum handler (ceiling)"
@@ -415,7 +416,7 @@ async fn row1(settings: &Settings) -> Result<Row> {
             ratio * 100.0,
             cpu_ratio * 100.0
         ),
-        target: "≥ 50 % of ceiling; p99 ≤ 2 ms at half peak".into(),
+        target: "≥ 50 % of ceiling, per second and per CPU-s; p99 ≤ 2 ms at half peak".into(),
         status: verdict(settings, met),
         raw: json!({
             "peak": {"node": peak_node.json(), "ceiling": peak_ceiling.json()},
@@ -511,8 +512,12 @@ async fn row2(settings: &Settings) -> Result<Row> {
             b.total.p(0.99)
         ),
         ratio: format!("{ratio:.1}× ({cpu_ratio:.1}× per CPU-s)"),
-        target: "≥ 50×".into(),
-        status: verdict(settings, ratio >= 50.0 && a.total.failed == 0),
+        // Issue 21 set 40× (issue 9 had asked 50×), counted both ways.
+        target: "≥ 40×, per second and per CPU-s".into(),
+        status: verdict(
+            settings,
+            ratio >= 40.0 && cpu_ratio >= 40.0 && a.total.failed == 0,
+        ),
         raw: json!({"node": a.json(), "reference": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio}),
     })
 }
@@ -798,10 +803,10 @@ async fn row4(settings: &Settings) -> Result<Row> {
             floor_ratio * 100.0,
             fmt_rate(floor_per_core)
         ),
-        target: "≥ 30×; ≥ 50 % of the floor per core".into(),
+        target: "≥ 30×, per second and per CPU-s; ≥ 50 % of the floor per core".into(),
         status: verdict(
             settings,
-            ratio >= 30.0 && floor_ratio >= 0.5 && a.total.failed == 0,
+            ratio >= 30.0 && cpu_ratio >= 30.0 && floor_ratio >= 0.5 && a.total.failed == 0,
         ),
         raw: json!({
             "node": a.json(), "uagent": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
