@@ -287,8 +287,8 @@ pub async fn concurrent_streams(
     // A task per session: polled from one task, a session whose frames had
     // arrived waited behind the others' (p99 first chunk 1.1–1.4 s against
     // 0.26–0.29 s, the node the same; bench/README.md, tenth step).
-    let sessions: Vec<_> = streams.map(tokio::spawn).collect();
-    for result in futures::future::join_all(sessions).await {
+    let tasks: Vec<_> = streams.map(tokio::spawn).collect();
+    for result in futures::future::join_all(tasks).await {
         let (first_chunk, whole_answer) = result??;
         outcome.answers += first_chunk.len();
         outcome.first_chunk.add(&first_chunk)?;
