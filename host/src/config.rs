@@ -214,10 +214,14 @@ pub struct LlmConfig {
     /// Calls one plugin may start per minute, and tokens (in + out) it may use per day.
     pub calls_per_minute: u32,
     pub tokens_per_day: u64,
+    /// Tokens one caller (a client address, across plugins) may spend per UTC day.
+    pub tokens_per_day_per_caller: u64,
     /// Largest request the host sends (the conversation and tools), and the largest
-    /// answer it reads (text and tool calls).
+    /// answer it keeps (text and tool calls: ids, names, arguments and each call's record).
     pub max_request_bytes: usize,
     pub max_answer_bytes: usize,
+    /// Tool calls one answer may hold; one more ends the answer as failed.
+    pub max_tool_calls_per_answer: usize,
     /// Answers being streamed at once across the node; more are refused as limited.
     pub max_concurrent_calls: usize,
     pub providers: BTreeMap<String, LlmProviderConfig>,
@@ -288,8 +292,13 @@ impl LlmConfig {
         positive("llm.timeout_ms", self.timeout_ms)?;
         positive("llm.calls_per_minute", u64::from(self.calls_per_minute))?;
         positive("llm.tokens_per_day", self.tokens_per_day)?;
+        positive("llm.tokens_per_day_per_caller", self.tokens_per_day_per_caller)?;
         positive("llm.max_request_bytes", self.max_request_bytes as u64)?;
         positive("llm.max_answer_bytes", self.max_answer_bytes as u64)?;
+        positive(
+            "llm.max_tool_calls_per_answer",
+            self.max_tool_calls_per_answer as u64,
+        )?;
         positive("llm.max_concurrent_calls", self.max_concurrent_calls as u64)
     }
 }
@@ -343,6 +352,11 @@ impl PluginsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
+    /// The names browsers reach the node by (`host` or `host:port`), for the
+    /// browser policy's `Host` check; `config/agora.toml` says which others count.
+    pub public_hosts: Vec<String>,
+    /// How long a caller over an admission bound waits for a place before it is refused.
+    pub admission_wait_ms: u64,
     pub max_body_bytes: usize,
     pub request_timeout_ms: u64,
     /// How long shutdown waits for in-flight requests.
@@ -368,6 +382,10 @@ pub struct ToolsConfig {
     /// Tools at or above this risk need a human's approval: low, medium, high, critical.
     pub approval_threshold: String,
     pub approval_timeout_ms: u64,
+    /// Calls one caller (client address or token) may park waiting for approvals.
+    pub max_waiting_approvals_per_client: usize,
+    /// Calls one transport's callers may park waiting for approvals, together.
+    pub max_waiting_approvals_per_transport: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -375,6 +393,11 @@ pub struct ToolsConfig {
 pub struct OutboundConfig {
     /// Hosts (`host` or `host:port`) plugins and the node may call.
     pub allowed_hosts: Vec<String>,
+    /// Internal address ranges (CIDRs, `10.0.0.0/8`) the node may reach through
+    /// a name or an unlisted IP; otherwise only an IP literal in `allowed_hosts`
+    /// (or a configured endpoint) reaches an internal address.
+    #[serde(default)]
+    pub allowed_private: Vec<String>,
     pub timeout_ms: u64,
     pub max_response_bytes: usize,
 }
@@ -521,6 +544,10 @@ pub struct UagentsConfig {
     /// Asynchronous replies queued or in flight at once; beyond it envelopes asking for
     /// one are refused with 503 before anything is recorded.
     pub max_pending_replies: usize,
+    /// Send a reply to an Almanac-resolved endpoint only when `outbound.allowed_hosts`
+    /// lists it; otherwise any public address (or one `outbound.allowed_private` allows).
+    #[serde(default)]
+    pub almanac_replies_allowed_hosts_only: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -617,8 +644,10 @@ pub struct A2aConfig {
     pub listen: String,
     /// The JSON-RPC endpoint.
     pub path: String,
-    /// Base URL clients reach the node at; empty: `http://` + the card request's `Host`.
+    /// Base URL clients reach the node at; empty: the first public host, else the listen address.
     pub public_url: String,
+    /// Browser origins allowed to call besides the node's own.
+    pub allowed_origins: Vec<String>,
     pub name: String,
     pub description: String,
     /// Plugin answering A2A messages; empty: the HAI assistant.
@@ -628,12 +657,20 @@ pub struct A2aConfig {
     pub max_body_bytes: usize,
     pub max_parts_per_message: usize,
     pub max_tasks_per_context: usize,
+    /// Bytes of tasks one `ListTasks` page holds (past its first task).
+    pub max_list_bytes: usize,
     pub max_running_tasks: usize,
     pub max_running_tasks_per_ip: usize,
     pub new_tasks_per_ip_per_minute: u32,
     pub stream_idle_timeout_ms: u64,
     pub task_ttl_secs: u64,
     pub max_history_entries: usize,
+    /// Tasks one client address may have stored (live within `task_ttl_secs`).
+    pub max_stored_tasks_per_client: u64,
+    /// Bytes of stored tasks one client address may have.
+    pub max_stored_task_bytes_per_client: u64,
+    /// Bytes of stored tasks of every client together.
+    pub max_stored_task_bytes: u64,
 }
 
 /// The Model Context Protocol: the node's tools served over Streamable HTTP, and
@@ -653,6 +690,8 @@ pub struct McpConfig {
     /// Browser origins allowed to call; a request with any other `Origin` is refused.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// At this bound a client holding fewer sessions evicts the busiest client's
+    /// least recently used idle one (`transports::mcp::state`).
     pub max_sessions: usize,
     pub max_sessions_per_ip: usize,
     pub session_idle_timeout_ms: u64,
@@ -805,6 +844,14 @@ impl Config {
             }
         }
         positive("uagents.replay_window_secs", self.uagents.replay_window_secs)?;
+        positive(
+            "tools.max_waiting_approvals_per_client",
+            self.tools.max_waiting_approvals_per_client as u64,
+        )?;
+        positive(
+            "tools.max_waiting_approvals_per_transport",
+            self.tools.max_waiting_approvals_per_transport as u64,
+        )?;
         if crate::vocab::Risk::parse(&self.tools.approval_threshold).is_none() {
             return Err(invalid(
                 "tools.approval_threshold",
@@ -890,6 +937,7 @@ impl Config {
         positive("a2a.max_body_bytes", self.a2a.max_body_bytes as u64)?;
         positive("a2a.max_parts_per_message", self.a2a.max_parts_per_message as u64)?;
         positive("a2a.max_tasks_per_context", self.a2a.max_tasks_per_context as u64)?;
+        positive("a2a.max_list_bytes", self.a2a.max_list_bytes as u64)?;
         positive("a2a.max_running_tasks", self.a2a.max_running_tasks as u64)?;
         positive(
             "a2a.max_running_tasks_per_ip",
@@ -902,6 +950,15 @@ impl Config {
         positive("a2a.stream_idle_timeout_ms", self.a2a.stream_idle_timeout_ms)?;
         positive("a2a.task_ttl_secs", self.a2a.task_ttl_secs)?;
         positive("a2a.max_history_entries", self.a2a.max_history_entries as u64)?;
+        positive(
+            "a2a.max_stored_tasks_per_client",
+            self.a2a.max_stored_tasks_per_client,
+        )?;
+        positive(
+            "a2a.max_stored_task_bytes_per_client",
+            self.a2a.max_stored_task_bytes_per_client,
+        )?;
+        positive("a2a.max_stored_task_bytes", self.a2a.max_stored_task_bytes)?;
         if !self.a2a.public_url.is_empty() {
             let parsed = url::Url::parse(&self.a2a.public_url)
                 .map_err(|e| invalid("a2a.public_url", e.to_string()))?;
@@ -934,11 +991,34 @@ impl Config {
             "hai.max_pending_approvals_per_connection",
             self.hai.max_pending_approvals_per_connection as u64,
         )?;
-        for origin in &self.hai.allowed_origins {
-            if normalise_origin(origin).is_none() {
+        for (key, origins) in [
+            ("hai.allowed_origins", &self.hai.allowed_origins),
+            ("a2a.allowed_origins", &self.a2a.allowed_origins),
+            ("mcp.allowed_origins", &self.mcp.allowed_origins),
+        ] {
+            if let Some(origin) = origins.iter().find(|origin| normalise_origin(origin).is_none()) {
                 return Err(invalid(
-                    "hai.allowed_origins",
-                    format!("{origin:?} is not an origin like https://chat.example.com"),
+                    key,
+                    format!("{origin:?} is not an origin like https://app.example.org"),
+                ));
+            }
+        }
+        if self.http.admission_wait_ms >= self.http.request_timeout_ms {
+            return Err(invalid(
+                "http.admission_wait_ms",
+                "must be below http.request_timeout_ms, so a waiting caller is refused rather than timed out",
+            ));
+        }
+        for host in &self.http.public_hosts {
+            let plain = !host.is_empty()
+                && host.len() <= 255
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+            if !plain {
+                return Err(invalid(
+                    "http.public_hosts",
+                    format!("{host:?} is not a host name like agent.example.org (no scheme or path)"),
                 ));
             }
         }
@@ -1068,14 +1148,6 @@ impl Config {
                         "MCP would be served on {listen}, which is not loopback, to anyone: set mcp.token, \
                          or mcp.allow_anonymous = true, or mcp.enabled = false"
                     ),
-                ));
-            }
-        }
-        for origin in &mcp.allowed_origins {
-            if normalise_origin(origin).is_none() {
-                return Err(invalid(
-                    "mcp.allowed_origins",
-                    format!("{origin:?} is not an origin like https://app.example.org"),
                 ));
             }
         }

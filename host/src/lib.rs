@@ -1,4 +1,4 @@
-//! Agora Node: one host process that speaks five agent protocols, with the
+//! Agora Node: one host process that speaks seven agent protocols, with the
 //! agent logic in hot-reloaded WebAssembly plugins.
 //!
 //! The host owns everything a plugin must not be trusted with: transports,
@@ -15,11 +15,11 @@
 //!
 //! | layer | modules | may use | what |
 //! |---|---|---|---|
-//! | 0 | `vocab` | — | the shared words: transport kind, phase, risk, call, invoke errors |
+//! | 0 | `vocab`, `logging` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields |
 //! | 1 | `crypto` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT |
 //! | 2 | `config` | 0–1 | layered configuration and its validation |
 //! | 3 | `store`, `metrics` | 0–2 | durable state in sled; Prometheus metrics |
-//! | 4 | `peers` | 0–3 | the node as a client: bounded HTTP, per-protocol clients, plugins' outbound calls |
+//! | 4 | `peers`, `policy` | 0–3 | the node as a client: bounded HTTP, per-protocol clients, plugins' outbound calls; the policies every transport shares (admission, quotas, browsers) |
 //! | 5 | `runtime` | 0–4 | the Wasm component runtime, plugin registry and hot reload |
 //! | 6 | `listener` | 0–5 | the hardened HTTP accept loop |
 //! | 7 | `node::state` | 0–6 | what every request handler can reach |
@@ -36,9 +36,11 @@ pub mod crypto;
 pub mod dev;
 pub mod health;
 pub mod listener;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod peers;
+pub mod policy;
 pub mod runtime;
 pub mod scaffold;
 pub mod store;

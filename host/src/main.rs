@@ -108,7 +108,10 @@ fn init_logging(format: LogFormat, level: &str) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
-        LogFormat::Human => builder.init(),
+        // Untrusted text (model errors, plugin output, client values) stays on its event's line.
+        LogFormat::Human => builder
+            .fmt_fields(agora_node::logging::EscapedFields::default())
+            .init(),
     }
 }
 

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 /// one sits lower than the rest, that part's path (`node::state`); a file or a
 /// path belongs to the longest entry that is a prefix of it.
 const LAYERS: &[&[&str]] = &[
-    &["vocab"],
+    &["vocab", "logging"],
     &["crypto"],
     &["config"],
     &["store", "metrics"],
-    &["peers"],
+    &["peers", "policy"],
     &["runtime"],
     &["listener"],
     &["node::state"],

@@ -1,7 +1,8 @@
 // Drives the node's HAI browser client in Debian's chromium with playwright-core:
 // a streamed answer, a tool call, an approved and a rejected report, the
 // history after a reload (with the session secret the node issued), and a
-// second browser that knows only the session id getting a session of its own.
+// second browser that knows only the session id (the spec's returning client)
+// resuming the session: a UUIDv4 id is the session's bearer secret.
 // Run by tests/e2e/hai.rs with HAI_URL set; writes SCREENSHOT (default
 // ./screenshot.png). rich-client.test.mjs covers markdown, cards, scrolling,
 // retry and accessibility.
@@ -93,30 +94,27 @@ try {
   assert.match(text, /What are the rules for food storage\?/);
   assert.equal(await page.evaluate(() => localStorage.getItem('agora_session_secret')), secret);
 
-  // 6. Another browser that knows only the id: no history, no way in; it gets a new session.
-  const stranger = await browser.newContext();
-  await stranger.addInitScript((id) => {
+  // 6. Another browser that knows only the id, as the spec's client after a reload
+  //    (it kept its crypto.randomUUID(), never a secret): the id is a UUIDv4, the
+  //    session's bearer secret, so it resumes the session with its history.
+  const returning = await browser.newContext();
+  await returning.addInitScript((id) => {
     if (!sessionStorage.getItem('seeded')) {
       sessionStorage.setItem('seeded', '1');
       localStorage.setItem('agora_session_id', id);
     }
   }, sessionId);
-  const other = await stranger.newPage();
+  const other = await returning.newPage();
   await other.goto(url);
-  await other.waitForFunction(
-    (id) => localStorage.getItem('agora_session_id') !== id && localStorage.getItem('agora_session_secret'),
-    sessionId,
-  );
   await other.waitForSelector('#connection[data-state="connected"]');
-  assert.equal(await other.locator('.msg.user').count(), 0);
-  await say(other, 'hello from elsewhere');
-  text = await answer(other, 1);
-  assert.match(text, /hello from elsewhere/);
+  await other.waitForFunction(() => Number(document.body.dataset.history || 0) > 0);
+  assert.equal(await other.evaluate(() => localStorage.getItem('agora_session_id')), sessionId);
+  assert.equal(await other.evaluate(() => localStorage.getItem('agora_session_secret')), null);
+  assert.equal(await other.locator('.msg.user').count(), 5);
   await say(other, 'what did I say first?');
-  text = await answer(other, 2);
-  assert.match(text, /hello from elsewhere/);
-  assert.doesNotMatch(text, /rules for food storage/);
-  await stranger.close();
+  text = await answer(other, 6);
+  assert.match(text, /What are the rules for food storage\?/);
+  await returning.close();
 
   console.log('browser test passed');
 } finally {

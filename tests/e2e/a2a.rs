@@ -721,7 +721,10 @@ fn the_card_follows_plugin_reloads() {
 
 #[test]
 fn beyond_the_running_task_cap_send_is_refused_and_the_node_keeps_serving() {
-    let node = builder().env("AGORA_A2A__MAX_RUNNING_TASKS_PER_IP", "1").start();
+    let node = builder()
+        .env("AGORA_A2A__MAX_RUNNING_TASKS_PER_IP", "1")
+        .env("AGORA_HTTP__ADMISSION_WAIT_MS", "200")
+        .start();
     // A task waiting for its approval is running: it holds the one slot.
     let parked = send_raw(&node, "generate the report for INS-2024-001", None);
     assert_eq!(parked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{parked}");

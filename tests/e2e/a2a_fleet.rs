@@ -166,3 +166,57 @@ fn a_task_waiting_at_one_node_is_answered_and_canceled_through_the_other() {
     let again = rpc(&a, "CancelTask", json!({"id": task_id}));
     assert_eq!(again["error"]["code"], -32002, "{again}");
 }
+
+/// What one client can push through the fleet bus is bounded (issue 37): an
+/// answer to an approval whose task runs on another node crosses the bus once,
+/// and only as its decision. With the runner gone (killed), the answer stays
+/// unapplied, so a client repeating it would be forwarded again and again.
+#[test]
+fn an_approval_answer_crosses_the_fleet_bus_once_and_only_as_its_decision() {
+    let database = Postgres::shared().create_database();
+    let a = node(&database);
+    let b = TestNode::builder()
+        .env("AGORA_STORE__BACKEND", "postgres")
+        .env("AGORA_STORE__POSTGRES_URL", &database)
+        // B answers with the task as it stands after about 2.7 s (no runner will end it).
+        .env("AGORA_HTTP__REQUEST_TIMEOUT_MS", "3000")
+        .env("AGORA_HTTP__ADMISSION_WAIT_MS", "1000")
+        .plugin(PLUGINS[0])
+        .plugin(PLUGINS[1])
+        .start();
+    let (task_id, approval_id) = parked_report(&a);
+    a.kill();
+
+    let mut answer = decision(&task_id, &approval_id, true);
+    // A client may send a large message with its answer; only the decision travels.
+    answer["message"]["parts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"text": "x".repeat(200_000)}));
+    let first = rpc(&b, "SendMessage", answer.clone());
+    assert_eq!(
+        first["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "the runner is gone, so the task waits on: {first}"
+    );
+    let again = rpc(&b, "SendMessage", answer);
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("answered already"),
+        "{again}"
+    );
+
+    let largest: usize = Postgres::shared()
+        .query_one(
+            &database,
+            "SELECT coalesce(max(octet_length(payload)), 0) FROM fleet_messages WHERE topic = 'a2a.task'",
+        )
+        .parse()
+        .expect("a size");
+    assert!(
+        (1..4096).contains(&largest),
+        "one forwarded decision of a few hundred bytes, not the 200 kB message: {largest}"
+    );
+}

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::arena::{self, JwksServer};
-use crate::support::{self, TestNode, under_load};
+use crate::support::{self, RawRequest, TestNode, raw_exchange, under_load};
 
 const ATTACKER: &str = "127.0.0.1";
 const HONEST: &str = "127.0.0.2";
 
-// --- a tiny HTTP/1.1 client whose socket is bound to a chosen source address ---
+// --- requests from a chosen source address ---
 
 struct Reply {
     status: u16,
@@ -29,80 +29,24 @@ struct Reply {
     body: Value,
 }
 
-fn connect_from(source: &str, port: u16) -> std::net::TcpStream {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .unwrap();
-    let stream = runtime.block_on(async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket
-            .bind(format!("{source}:0").parse().unwrap())
-            .unwrap_or_else(|e| panic!("binding a client socket to {source}: {e}"));
-        let stream = socket
-            .connect(format!("127.0.0.1:{port}").parse().unwrap())
-            .await
-            .unwrap();
-        stream.into_std().unwrap()
-    });
-    stream.set_nonblocking(false).unwrap();
-    // A liveness deadline, not a latency target.
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    stream
-}
-
 fn request_from(source: &str, node: &TestNode, method: &str, path: &str, body: Option<&Value>) -> Reply {
-    let mut stream = connect_from(source, node.port);
     let payload = body.map(Value::to_string).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        node.port,
-        payload.len()
+    let reply = raw_exchange(
+        node,
+        RawRequest {
+            from: source.parse().expect("a loopback address"),
+            method,
+            path,
+            host: None,
+            headers: &[("content-type", "application/json")],
+            body: payload.as_bytes(),
+        },
     );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(payload.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .unwrap_or_else(|e| panic!("{method} {path} from {source}: {e}"));
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .expect("a status line");
-    let mut retry_after = None;
-    let mut chunked = false;
-    for line in lines {
-        let (name, value) = line.split_once(':').unwrap();
-        match name.trim().to_ascii_lowercase().as_str() {
-            "retry-after" => retry_after = Some(value.trim().to_string()),
-            "transfer-encoding" => chunked = value.trim().eq_ignore_ascii_case("chunked"),
-            _ => {}
-        }
-    }
-    let body = if chunked { dechunk(body) } else { body.to_string() };
-    let body = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body:?}"));
     Reply {
-        status,
-        retry_after,
-        body,
+        status: reply.status,
+        retry_after: reply.header("retry-after").map(str::to_string),
+        body: reply.json(),
     }
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap();
-        if size == 0 {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = &tail[size + 2..];
-    }
-    out
 }
 
 // --- Agora helpers ---

@@ -700,7 +700,7 @@ fn with_a_token_only_bearers_of_it_are_served() {
 }
 
 #[test]
-fn web_pages_are_refused_unless_their_origin_is_listed() {
+fn web_pages_are_refused_unless_their_origin_is_the_nodes_own_or_listed() {
     let node = builder()
         .env("AGORA_MCP__ALLOWED_ORIGINS", r#"["https://app.example.org"]"#)
         .start();
@@ -709,22 +709,24 @@ fn web_pages_are_refused_unless_their_origin_is_listed() {
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_string();
-    // A page of another site, and one rebound to the node's own name and port: same origin
-    // as the Host it asks, which is why same-origin is not a defence here.
-    for origin in ["http://evil.example", &format!("http://{host}"), "null"] {
+    // Pages of other sites. A rebound page (its own name, same origin as the Host it
+    // asks) is refused by its Host: tests/e2e/browser_policy.rs.
+    for origin in ["http://evil.example", "http://127.0.0.1:1", "null"] {
         let reply = rpc_post_with(&node, None, &[("origin", origin)], &initialize_request());
         assert_eq!(reply.status, 403, "{origin}: {}", reply.body);
         assert_eq!(error_code(&reply), -32600, "{origin}: {}", reply.body);
         assert!(reply.header("mcp-session-id").is_none(), "{origin}");
     }
-    let reply = rpc_post_with(
-        &node,
-        None,
-        &[("origin", "https://app.example.org")],
-        &initialize_request(),
-    );
-    assert!(reply.header("mcp-session-id").is_some(), "{}", reply.body);
-    // Programs send no Origin at all.
+    // A listed page, a page the node itself served (the Host is one of its names), and
+    // programs, which send no Origin at all.
+    for origin in ["https://app.example.org", &format!("http://{host}")] {
+        let reply = rpc_post_with(&node, None, &[("origin", origin)], &initialize_request());
+        assert!(
+            reply.header("mcp-session-id").is_some(),
+            "{origin}: {}",
+            reply.body
+        );
+    }
     let reply = rpc_post_with(&node, None, &[], &initialize_request());
     assert!(reply.header("mcp-session-id").is_some(), "{}", reply.body);
 }

@@ -107,7 +107,7 @@ fn read_reply(stream: &mut TcpStream) -> std::io::Result<RawReply> {
 pub(crate) fn post_chunked(stream: &mut TcpStream, path: &str, size: usize) -> std::io::Result<RawReply> {
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: node\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     )?;
     let chunk = vec![b' '; 64 << 10];
     let mut sent = 0;
@@ -123,7 +123,7 @@ pub(crate) fn post_chunked(stream: &mut TcpStream, path: &str, size: usize) -> s
 }
 
 fn get_on(stream: &mut TcpStream, path: &str) -> std::io::Result<RawReply> {
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: node\r\n\r\n")?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
     read_reply(stream)
 }
 
@@ -207,7 +207,7 @@ fn a_body_beyond_the_discard_bound_is_refused_without_being_read() {
     let mut stream = connect(node.port);
     write!(
         stream,
-        "POST /agora HTTP/1.1\r\nHost: node\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\nExpect: 100-continue\r\n\r\n"
+        "POST /agora HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\nExpect: 100-continue\r\n\r\n"
     )
     .unwrap();
     let reply = read_reply(&mut stream).expect("a reply without sending the body");
@@ -223,7 +223,7 @@ fn a_body_beyond_the_discard_bound_is_refused_without_being_read() {
     let mut stream = connect(node.port);
     write!(
         stream,
-        "POST /agora HTTP/1.1\r\nHost: node\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n"
+        "POST /agora HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n"
     )
     .unwrap();
     let reply = read_reply(&mut stream).expect("a reply");
@@ -283,7 +283,7 @@ fn oversized_headers_get_431() {
     let cookie = "a".repeat(6 << 20);
     write!(
         stream,
-        "GET /health HTTP/1.1\r\nHost: node\r\nCookie: {cookie}\r\n\r\n"
+        "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n"
     )
     .unwrap();
     let reply = read_reply(&mut stream).expect("a reply");

@@ -217,6 +217,23 @@ pub(crate) fn agora_route(node: &TestNode, plugin: &str) -> String {
         .to_string()
 }
 
+/// The `fixture-outbound-caller` plugin of `node`, loaded: a function that has it
+/// POST "ping" to a URL through `host.outbound` and returns its answer body.
+pub(crate) fn outbound_caller(node: &TestNode) -> impl Fn(String) -> serde_json::Value + '_ {
+    node.wait_for_health("the outbound caller", |h| {
+        support::has_plugin(h, "fixture-outbound-caller")
+    });
+    let hash = agora_route(node, "fixture-outbound-caller");
+    move |url: String| {
+        let reply = support::post_json(
+            &node.url("/agora"),
+            &serde_json::json!({"protocolHash": hash, "body": {"url": url, "body": "ping"}}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()["body"].clone()
+    }
+}
+
 fn tool_caller_hash(node: &TestNode) -> String {
     agora_route(node, "fixture-tool-caller")
 }

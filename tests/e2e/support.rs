@@ -536,6 +536,138 @@ pub fn get_json(url: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
+// --- A test's own servers ---
+
+/// A one-worker tokio runtime for a server the test runs (a peer, a model), and
+/// a non-blocking loopback listener for it on a port the kernel chose, with that port.
+pub fn server_runtime() -> (tokio::runtime::Runtime, std::net::TcpListener, u16) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (runtime, listener, port)
+}
+
+// --- Raw HTTP ---
+
+/// One HTTP/1.1 request written by hand, for what the usual client cannot do:
+/// come from another loopback address (another client to the node's
+/// per-address bounds) or send a `Host` of its choosing (a rebinding page's).
+pub struct RawRequest<'a> {
+    pub from: std::net::IpAddr,
+    pub method: &'a str,
+    pub path: &'a str,
+    /// `None`: the node's own `127.0.0.1:port`.
+    pub host: Option<&'a str>,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [u8],
+}
+
+impl<'a> RawRequest<'a> {
+    /// A JSON POST of `body` from `from`.
+    pub fn post_json(from: std::net::IpAddr, path: &'a str, body: &'a [u8]) -> RawRequest<'a> {
+        RawRequest {
+            from,
+            method: "POST",
+            path,
+            host: None,
+            headers: &[("content-type", "application/json")],
+            body,
+        }
+    }
+}
+
+pub struct RawReply {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Send `request` to `node` on a connection of its own (`Connection: close`) and read the reply.
+pub fn raw_exchange(node: &TestNode, request: RawRequest<'_>) -> RawReply {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::new(request.from, 0).into())
+        .unwrap_or_else(|e| panic!("binding a client socket to {}: {e}", request.from));
+    socket
+        .connect(&std::net::SocketAddr::from(([127, 0, 0, 1], node.port)).into())
+        .expect("connecting to the node");
+    let mut stream: std::net::TcpStream = socket.into();
+    // A liveness deadline, not a latency target.
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let own = format!("127.0.0.1:{}", node.port);
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        request.method,
+        request.path,
+        request.host.unwrap_or(&own),
+        request.body.len()
+    );
+    for (name, value) in request.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(request.body).unwrap();
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("{} {} from {}: {e}", request.method, request.path, request.from));
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(name, value)| name == "transfer-encoding" && value.eq_ignore_ascii_case("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_string() };
+    RawReply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || tail.len() < size {
+            break;
+        }
+        out.push_str(&tail[..size]);
+        rest = tail[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
 // --- Python peers ---
 
 /// Run a reference peer's script (`tests/interop/...`) against `node` with

@@ -15,6 +15,11 @@ use crate::pki::{LeafKind, TestCa};
 use crate::support::{self, TestNode};
 use crate::{arena, uagents};
 
+/// The peers are reached by the name their certificates carry, `localhost`; a
+/// name is never trusted to point inside the node's network, so the operator
+/// allows loopback explicitly (issue 37).
+const LOOPBACK_ALLOWED: (&str, &str) = ("AGORA_OUTBOUND__ALLOWED_PRIVATE", r#"["127.0.0.0/8", "::1"]"#);
+
 // --- A TLS peer: HTTPS answered by a handler, or WSS collecting text frames ---
 
 type Handler = Arc<dyn Fn(&str, &str, &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) + Send + Sync>;
@@ -52,14 +57,7 @@ impl TlsPeer {
     }
 
     fn start(config: Arc<rustls::ServerConfig>, mode: Mode) -> TlsPeer {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (runtime, listener, port) = crate::support::server_runtime();
         let received: Arc<Mutex<Vec<Value>>> = Arc::default();
         let sink = received.clone();
         let mode = Arc::new(mode);
@@ -276,6 +274,7 @@ fn protocol_sources_are_fetched_over_https_and_redirects_stay_on_the_allow_list(
             "AGORA_AGORA__SOURCE_HOSTS",
             format!(r#"["localhost:{}"]"#, sources.port),
         )
+        .env(LOOPBACK_ALLOWED.0, LOOPBACK_ALLOWED.1)
         .start();
     let hash = support::document_hash(WEATHER);
     let ask = |source: String| {
@@ -314,6 +313,7 @@ fn uagents_async_replies_reach_a_peer_on_https() {
         &[
             uagents::peer_env(sender.address(), &peer.url("/submit")),
             (key.to_string(), ca),
+            (LOOPBACK_ALLOWED.0.to_string(), LOOPBACK_ALLOWED.1.to_string()),
         ],
     );
     let node_address = uagents::identity(uagents::NODE_SEED).address().to_string();
@@ -356,6 +356,7 @@ fn the_arena_example_works_with_https_keys_and_a_wss_stream() {
                 format!("wss://localhost:{}/v1/stream", stream.port),
             ),
             pki.ca_env(),
+            (LOOPBACK_ALLOWED.0, LOOPBACK_ALLOWED.1.to_string()),
         ],
     );
     let match_id = "m_tls_1";
@@ -394,6 +395,7 @@ fn an_arena_stream_with_an_untrusted_certificate_is_refused_and_logged() {
                 "AGORA_ARENA__STREAM_URL",
                 format!("wss://localhost:{}/v1/stream", stream.port),
             ),
+            (LOOPBACK_ALLOWED.0, LOOPBACK_ALLOWED.1.to_string()),
         ],
     );
     let match_id = "m_tls_untrusted";
@@ -428,19 +430,9 @@ fn a_plugin_calls_an_agora_peer_on_https_through_host_outbound() {
             "AGORA_OUTBOUND__ALLOWED_HOSTS",
             format!(r#"["localhost:{}", "localhost:{}"]"#, peer.port, expired.port),
         )
+        .env(LOOPBACK_ALLOWED.0, LOOPBACK_ALLOWED.1)
         .start();
-    node.wait_for_health("the outbound caller", |h| {
-        support::has_plugin(h, "fixture-outbound-caller")
-    });
-    let hash = crate::scripting_tools::agora_route(&node, "fixture-outbound-caller");
-    let call = |url: String| {
-        let reply = support::post_json(
-            &node.url("/agora"),
-            &json!({"protocolHash": hash, "body": {"url": url, "body": "ping"}}),
-        );
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        reply.json()["body"].clone()
-    };
+    let call = crate::scripting_tools::outbound_caller(&node);
     let answered = call(peer.url("/agora"));
     assert_eq!(
         answered["reply"],

@@ -67,6 +67,9 @@ impl Node {
     pub async fn start(config: Config) -> Result<Node, NodeError> {
         let config = Arc::new(config);
         crate::peers::tls::init(&config.tls.ca_file)?;
+        crate::peers::http_client::set_address_policy(crate::peers::http_client::address_policy(
+            &config.outbound,
+        )?);
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| NodeError::Runtime(format!("cannot create {}: {e}", config.data_dir.display())))?;
         std::fs::create_dir_all(&config.plugins.dir).map_err(|e| {
@@ -92,11 +95,16 @@ impl Node {
         // Plugins' declared schedules, following every load and removal.
         tokio::spawn(runtime.run_schedules());
         let watcher = watcher::watch(runtime.clone())?;
+        let browser = crate::policy::browser::BrowserPolicy::new(&config);
+        if let Some(warning) = browser.open_names_warning() {
+            tracing::warn!("{warning}");
+        }
         let state = NodeState {
             config: config.clone(),
             runtime,
             store: store.clone(),
             started: Instant::now(),
+            browser: Arc::new(browser),
         };
         spawn_sweeper(
             store,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::policy::browser::BrowserPolicy;
 use crate::runtime::Runtime;
 use crate::store::Store;
 
@@ -19,4 +20,6 @@ pub struct NodeState {
     pub runtime: Runtime,
     pub store: Store,
     pub started: Instant,
+    /// What web pages may reach; every endpoint a browser can use guards with it.
+    pub browser: Arc<BrowserPolicy>,
 }

@@ -18,8 +18,12 @@
 //!   node has never heard of cannot make it ask the API for each envelope.
 //!
 //! The API's URL is configuration, so it needs no `outbound.allowed_hosts`
-//! entry; the endpoints it returns are what other agents registered, so
-//! callers treat them as untrusted (see `transports::uagents`).
+//! entry; the endpoints it returns are what other agents registered, so a
+//! reply goes to one only as [`check_reply_endpoint`] allows: any public
+//! address (the Almanac exists to introduce peers the operator never listed),
+//! but an internal one only as the operator allowed it, since otherwise any
+//! agent could register `http://127.0.0.1:…` and make the node POST inside its
+//! own network.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +34,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::http_client::{self, ClientError};
+use crate::config::Config;
 use crate::crypto::pyjson;
 use crate::crypto::uagents::AgentIdentity;
 
@@ -70,6 +75,18 @@ fn refused(url: String, response: &http_client::HttpResponse) -> AlmanacError {
             .chars()
             .take(256)
             .collect(),
+    }
+}
+
+/// Check a reply may go to `url`, an endpoint the Almanac gave: one
+/// `outbound.allowed_hosts` lists; else, unless
+/// `uagents.almanac_replies_allowed_hosts_only`, any public address or one in
+/// `outbound.allowed_private` (a name's addresses are checked when connecting).
+pub fn check_reply_endpoint(url: &str, config: &Config) -> Result<url::Url, ClientError> {
+    match http_client::check_allowed(url, &config.outbound.allowed_hosts) {
+        Ok(listed) => Ok(listed),
+        Err(unlisted) if config.uagents.almanac_replies_allowed_hosts_only => Err(unlisted),
+        Err(_) => http_client::check_unlisted(url),
     }
 }
 
@@ -315,6 +332,22 @@ mod tests {
         // Any other content does not verify under it.
         let other: [u8; 32] = Sha256::digest(expected.replace("1700000000", "1700000001").as_bytes()).into();
         assert!(verify_digest(identity.address(), &other, signature).is_err());
+    }
+
+    #[test]
+    fn a_reply_goes_to_a_public_or_allowed_endpoint_unless_held_to_the_allow_list() {
+        let mut config = Config::defaults();
+        config.outbound.allowed_hosts = vec!["127.0.0.1:9000".into()];
+        let allowed = |config: &Config, url: &str| check_reply_endpoint(url, config).is_ok();
+        assert!(allowed(&config, "http://127.0.0.1:9000/submit"));
+        assert!(allowed(&config, "https://93.184.216.34/submit"));
+        assert!(allowed(&config, "https://peer.example/submit"));
+        assert!(!allowed(&config, "http://127.0.0.1:9001/submit"));
+        assert!(!allowed(&config, "http://169.254.169.254/latest"));
+        config.uagents.almanac_replies_allowed_hosts_only = true;
+        assert!(allowed(&config, "http://127.0.0.1:9000/submit"));
+        assert!(!allowed(&config, "https://93.184.216.34/submit"));
+        assert!(!allowed(&config, "https://peer.example/submit"));
     }
 
     #[test]

@@ -6,7 +6,20 @@
 //! hand a 3xx back to the caller as the response; [`request_within`] follows a
 //! few hops, each checked against the same allow-list as the first URL, so a
 //! peer on the list cannot send the node to a host that is not.
+//!
+//! Internal addresses (loopback, link-local, private, unique-local, CGNAT,
+//! unspecified, and IPv6 forms carrying one) are refused where the connection
+//! is made: [`CheckedResolver`], the shared client's resolver, resolves a name
+//! once and hands the connector only the addresses [`AddressPolicy`] allows
+//! (`outbound.allowed_private`), so a name on an allow-list, a redirect or a
+//! rebinding DNS answer cannot point the node inside its own network, and no
+//! second lookup can differ from the one checked. An IP literal never reaches
+//! the resolver: it is reached because the operator wrote it (an
+//! `outbound.allowed_hosts` entry, a configured endpoint), or, where nothing
+//! lists it (an Almanac-resolved reply), only when [`check_unlisted`] finds it
+//! public or in `outbound.allowed_private`.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -36,6 +49,8 @@ pub enum ClientError {
     BadRedirect { url: String, status: u16 },
     #[error("{url}: more than {MAX_REDIRECTS} redirects; not followed further")]
     TooManyRedirects { url: String },
+    #[error(transparent)]
+    InternalAddress(InternalAddressRefused),
 }
 pub struct HttpResponse {
     pub status: u16,
@@ -308,6 +323,9 @@ fn build(
 /// their reason; others carry the whole cause chain (reqwest's own message
 /// alone says little).
 fn send_error(url: &url::Url, error: &reqwest::Error) -> ClientError {
+    if let Some(refused) = internal_address_refused(error) {
+        return ClientError::InternalAddress(refused);
+    }
     if let Some(reason) = tls::failure_reason(error) {
         return ClientError::Tls {
             url: url.to_string(),
@@ -331,6 +349,254 @@ fn send_error(url: &url::Url, error: &reqwest::Error) -> ClientError {
         url: url.to_string(),
         message,
     }
+}
+
+// --- Internal addresses --------------------------------------------------
+
+/// Which internal addresses the node may reach, process-wide: the operator's
+/// `outbound.allowed_private`. Set when the node starts; until then (a unit
+/// test, a tool) no internal address is reachable by name.
+#[derive(Debug, Clone, Default)]
+pub struct AddressPolicy {
+    allowed_private: Vec<IpRange>,
+    /// The CLI: the operator typed the URL; there is no service behind it to protect.
+    any: bool,
+}
+
+impl AddressPolicy {
+    /// The policy `outbound.allowed_private` asks for, or the first entry that is not a range.
+    pub fn from_ranges(ranges: &[String]) -> Result<AddressPolicy, String> {
+        let allowed_private = ranges
+            .iter()
+            .map(|entry| IpRange::parse(entry).ok_or_else(|| entry.clone()))
+            .collect::<Result<_, _>>()?;
+        Ok(AddressPolicy {
+            allowed_private,
+            any: false,
+        })
+    }
+
+    /// Every address allowed, for commands an operator runs by hand.
+    pub fn any() -> AddressPolicy {
+        AddressPolicy {
+            allowed_private: Vec::new(),
+            any: true,
+        }
+    }
+
+    fn allows(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.any || !is_internal(ip) || self.allowed_private.iter().any(|range| range.contains(ip))
+    }
+}
+
+static ADDRESS_POLICY: parking_lot::RwLock<Option<AddressPolicy>> = parking_lot::RwLock::new(None);
+
+/// Make `policy` the one every later connection is checked against.
+/// The policy `outbound.allowed_private` sets, or a configuration error naming the key.
+pub fn address_policy(
+    outbound: &crate::config::OutboundConfig,
+) -> Result<AddressPolicy, crate::config::ConfigError> {
+    AddressPolicy::from_ranges(&outbound.allowed_private).map_err(|entry| {
+        crate::config::ConfigError::Invalid {
+            key: "outbound.allowed_private",
+            message: format!("{entry:?} is not an address range like \"10.0.0.0/8\" or \"fd00::/8\""),
+        }
+    })
+}
+
+pub fn set_address_policy(policy: AddressPolicy) {
+    *ADDRESS_POLICY.write() = Some(policy);
+}
+
+fn address_allowed(ip: IpAddr) -> bool {
+    ADDRESS_POLICY
+        .read()
+        .as_ref()
+        .map_or_else(|| AddressPolicy::default().allows(ip), |policy| policy.allows(ip))
+}
+
+/// An address range, `10.0.0.0/8` or `fd00::/8`; a bare address is itself alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IpRange {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl IpRange {
+    fn parse(text: &str) -> Option<IpRange> {
+        let (address, prefix) = match text.trim().split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix.parse::<u8>().ok()?)),
+            None => (text.trim(), None),
+        };
+        let network = address.parse::<IpAddr>().ok()?.to_canonical();
+        let bits = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(bits);
+        (prefix <= bits).then_some(IpRange { network, prefix })
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip.to_canonical()) {
+            (IpAddr::V4(network), IpAddr::V4(ip)) => same_prefix(
+                u128::from(network.to_bits()) << 96,
+                u128::from(ip.to_bits()) << 96,
+                self.prefix,
+            ),
+            (IpAddr::V6(network), IpAddr::V6(ip)) => {
+                same_prefix(network.to_bits(), ip.to_bits(), self.prefix)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether the first `prefix` bits of two left-aligned addresses agree.
+fn same_prefix(a: u128, b: u128, prefix: u8) -> bool {
+    prefix == 0 || (a ^ b) >> (128 - u32::from(prefix)) == 0
+}
+
+/// Loopback, link-local, private, unique-local, unspecified, CGNAT and the
+/// IPv6 forms that carry such an IPv4 address: places inside the node's own
+/// network that a peer, a plugin or a DNS answer must not send it to.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_broadcast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let segments = v6.segments();
+            let embedded_v4 = || {
+                let [.., hi, lo] = segments;
+                IpAddr::V4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)))
+            };
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (segments[0] & 0xfe00) == 0xfc00
+                || (segments[0] & 0xffc0) == 0xfe80
+                || (segments[0] & 0xffc0) == 0xfec0
+                // IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::a.b.c.d) carry an IPv4 address.
+                || (segments[..6] == [0; 6] && is_internal(embedded_v4()))
+                || (segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && is_internal(embedded_v4()))
+        }
+    }
+}
+
+/// A destination inside the node's network that nothing allows: an IP
+/// literal, or a name whose every address is such.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{destination} is inside the node's network; it is reached only at an IP literal listed in \
+     outbound.allowed_hosts or within a range of outbound.allowed_private, never through a name"
+)]
+pub struct InternalAddressRefused {
+    /// `host` for an IP literal, `host (addresses)` for a name.
+    destination: String,
+}
+
+/// The shared client's resolver: a name resolves once, to its addresses the
+/// policy allows, and the connection is made to one of those, so no second
+/// lookup can swap in another address between the check and the connect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CheckedResolver;
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addresses = resolve_checked(&host, 0).await?;
+            Ok(Box::new(addresses.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The addresses of `host:port` the node may connect to; an error when DNS
+/// fails or every address is internal and not allowed.
+pub async fn resolve_checked(
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    let (allowed, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = resolved
+        .into_iter()
+        .partition(|address| address_allowed(address.ip()));
+    if allowed.is_empty() && !refused.is_empty() {
+        let addresses = refused
+            .iter()
+            .map(|address| address.ip().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Box::new(InternalAddressRefused {
+            destination: format!("{host} ({addresses})"),
+        }));
+    }
+    Ok(allowed)
+}
+
+/// A TCP connection to `uri`'s host and port for a client that is not
+/// reqwest (the arena's WebSocket): an IP literal is dialled as written (the
+/// operator configured it), a name only at the addresses [`resolve_checked`] allows.
+pub async fn connect_tcp(
+    uri: &axum::http::Uri,
+) -> Result<tokio::net::TcpStream, Box<dyn std::error::Error + Send + Sync>> {
+    let host = uri.host().ok_or("the URL names no host")?;
+    let port = uri
+        .port_u16()
+        .or(match uri.scheme_str() {
+            Some("https" | "wss") => Some(443),
+            Some("http" | "ws") => Some(80),
+            _ => None,
+        })
+        .ok_or("the URL's scheme has no default port")?;
+    let literal = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>();
+    let addresses = match literal {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => resolve_checked(host, port).await?,
+    };
+    Ok(tokio::net::TcpStream::connect(&addresses[..]).await?)
+}
+
+/// Check `url` may be reached though no allow-list entry names it: http(s),
+/// and a name (its addresses are checked when connecting) or an IP literal
+/// that is public or in `outbound.allowed_private`.
+pub fn check_unlisted(url: &str) -> Result<url::Url, ClientError> {
+    let parsed = url::Url::parse(url).map_err(|_| ClientError::InvalidUrl(url.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ClientError::InvalidUrl(url.to_string()));
+    }
+    let literal = match parsed.host() {
+        Some(url::Host::Domain(_)) => return Ok(parsed),
+        Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
+        Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
+        None => return Err(ClientError::InvalidUrl(url.to_string())),
+    };
+    if address_allowed(literal) {
+        Ok(parsed)
+    } else {
+        Err(ClientError::InternalAddress(InternalAddressRefused {
+            destination: literal.to_string(),
+        }))
+    }
+}
+
+/// The resolver's refusal, if that is what ended `error`.
+fn internal_address_refused(error: &(dyn std::error::Error + 'static)) -> Option<InternalAddressRefused> {
+    let mut next = Some(error);
+    while let Some(current) = next {
+        if let Some(refused) = current.downcast_ref::<InternalAddressRefused>() {
+            return Some(refused.clone());
+        }
+        next = current.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -523,5 +789,100 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(&fits.body[..], b"0123456789");
+    }
+
+    #[test]
+    fn internal_addresses_are_told_from_public_ones_in_every_form() {
+        let internal = [
+            "127.0.0.1",
+            "127.9.9.9",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::ffff:10.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+        ];
+        for text in internal {
+            assert!(is_internal(text.parse().unwrap()), "{text} is internal");
+        }
+        let public = [
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "192.169.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+        ];
+        for text in public {
+            assert!(!is_internal(text.parse().unwrap()), "{text} is public");
+        }
+    }
+
+    #[test]
+    fn allowed_private_ranges_allow_what_they_cover_and_nothing_else() {
+        let policy =
+            AddressPolicy::from_ranges(&["10.0.0.0/8".into(), "fd00::/8".into(), "127.0.0.2".into()])
+                .unwrap();
+        let allows = |text: &str| policy.allows(text.parse().unwrap());
+        assert!(allows("10.200.0.1") && allows("::ffff:10.0.0.1") && allows("fd00::5"));
+        assert!(allows("127.0.0.2") && !allows("127.0.0.1") && !allows("192.168.0.1"));
+        assert!(allows("8.8.8.8"), "public addresses need no range");
+        assert!(!AddressPolicy::default().allows("127.0.0.1".parse().unwrap()));
+        assert!(AddressPolicy::any().allows("127.0.0.1".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "fd00::/129", "localhost", "10.0.0.0/x", ""] {
+            assert_eq!(AddressPolicy::from_ranges(&[bad.into()]).unwrap_err(), bad);
+        }
+    }
+
+    #[test]
+    fn an_unlisted_ip_literal_must_be_public_and_a_name_is_checked_later() {
+        assert!(check_unlisted("https://93.184.216.34/submit").is_ok());
+        assert!(check_unlisted("http://peer.example:8000/submit").is_ok());
+        for url in [
+            "http://127.0.0.1:9000/submit",
+            "http://[::1]/",
+            "http://[::ffff:10.0.0.1]/",
+            "http://169.254.169.254/",
+        ] {
+            let error = check_unlisted(url).unwrap_err().to_string();
+            assert!(error.contains("inside the node's network"), "{url}: {error}");
+        }
+        assert!(matches!(
+            check_unlisted("ftp://8.8.8.8/"),
+            Err(ClientError::InvalidUrl(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_name_resolving_to_loopback_is_refused_before_any_connection() {
+        let (port, hits) = serve(vec![("/", 200, None, "inside")]).await;
+        let url = format!("http://localhost:{port}/");
+        let result = request("GET", &url, &[], Vec::new(), Duration::from_secs(5), 1024).await;
+        match result {
+            Err(ClientError::InternalAddress(refused)) => {
+                let text = refused.to_string();
+                assert!(
+                    text.starts_with("localhost (") && text.contains("127.0.0.1"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected a refusal, got {:?}", other.map(|r| r.status)),
+        }
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

@@ -12,10 +12,18 @@
 //! provider that breaks off, stalls or sends what is not this protocol ends
 //! the stream with an error, never a hang.
 //!
+//! The whole answer's bound is on what the node keeps of it, whichever field
+//! it arrives in: text, tool-call ids, names and arguments, the record each
+//! new `index` opens, the finish reason — a field left uncounted is one a
+//! hostile provider fills until the timeout. The number of tool calls is
+//! bounded too (`llm.max_tool_calls_per_answer`), so many small calls cannot
+//! hide under the byte bound. Wire framing the node does not keep is not
+//! counted, so an honest answer's bound stays about its size as text.
+//!
 //! The API key is read from the environment variable the configuration names,
 //! sent only as the `Authorization` header, and never written into an error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -118,6 +126,34 @@ pub struct Chunk {
     pub usage: Option<Usage>,
 }
 
+impl ChatRequest {
+    /// The bytes of what the model reads: each message's text and tool calls,
+    /// and each tool's definition (the protocol's framing around them left out).
+    pub fn prompt_bytes(&self) -> usize {
+        let messages: usize = self
+            .messages
+            .iter()
+            .map(|message| {
+                message.content.len()
+                    + message.tool_call_id.as_ref().map_or(0, String::len)
+                    + message.tool_calls.iter().map(ToolCall::bytes).sum::<usize>()
+            })
+            .sum();
+        let tools: usize = self
+            .tools
+            .iter()
+            .map(|tool| tool.name.len() + tool.description.len() + tool.parameters.to_string().len())
+            .sum();
+        messages + tools
+    }
+}
+
+impl ToolCall {
+    fn bytes(&self) -> usize {
+        self.id.len() + self.name.len() + self.arguments.len()
+    }
+}
+
 /// The request body as the protocol has it.
 pub fn request_body(model: &str, request: &ChatRequest) -> Value {
     let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
@@ -209,12 +245,7 @@ pub async fn chat(
         url,
         response,
         parser: SseParser::new(MAX_SSE_LINE, MAX_SSE_LINE),
-        pending: std::collections::VecDeque::new(),
-        calls: BTreeMap::new(),
-        finish_reason: None,
-        usage: None,
-        answer_bytes: 0,
-        max_answer_bytes: limits.max_answer_bytes,
+        answer: Assembly::new(limits),
         idle,
         deadline: started + Duration::from_millis(limits.timeout_ms),
         state: StreamState::Open,
@@ -252,18 +283,16 @@ struct PartialCall {
     arguments: String,
 }
 
+/// What the node holds for each tool call before its id, name and arguments:
+/// the map's key and the record itself.
+const CALL_RECORD_BYTES: usize = size_of::<u64>() + size_of::<PartialCall>();
+
 /// An answer being read.
 pub struct ChatStream {
     url: String,
     response: StreamingResponse,
     parser: SseParser,
-    /// Text deltas parsed but not yet handed on.
-    pending: std::collections::VecDeque<String>,
-    calls: BTreeMap<u64, PartialCall>,
-    finish_reason: Option<String>,
-    usage: Option<Usage>,
-    answer_bytes: usize,
-    max_answer_bytes: usize,
+    answer: Assembly,
     idle: Duration,
     deadline: Instant,
     state: StreamState,
@@ -313,34 +342,95 @@ struct WireUsage {
     completion_tokens: u32,
 }
 
-impl ChatStream {
-    /// The next chunk; `None` once the answer has ended.
-    pub async fn next(&mut self) -> Result<Option<Chunk>, LlmError> {
-        loop {
-            if let Some(text) = self.pending.pop_front() {
-                return Ok(Some(Chunk {
-                    text,
-                    ..Chunk::default()
-                }));
-            }
-            match self.state {
-                StreamState::Closed => return Ok(None),
-                StreamState::Done => {
-                    self.state = StreamState::Closed;
-                    return Ok(Some(self.last_chunk()));
-                }
-                StreamState::Open => {}
-            }
-            if let Err(error) = self.read_more().await {
-                self.state = StreamState::Closed;
-                return Err(error);
-            }
+/// The answer as read so far and not yet handed on, and what keeping it costs.
+struct Assembly {
+    /// Text deltas parsed but not yet handed on.
+    pending: VecDeque<String>,
+    calls: BTreeMap<u64, PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    /// Every byte kept for this answer so far (text handed on included).
+    kept_bytes: usize,
+    max_bytes: usize,
+    max_calls: usize,
+}
+
+impl Assembly {
+    fn new(limits: &LlmConfig) -> Assembly {
+        Assembly {
+            pending: VecDeque::new(),
+            calls: BTreeMap::new(),
+            finish_reason: None,
+            usage: None,
+            kept_bytes: 0,
+            max_bytes: limits.max_answer_bytes,
+            max_calls: limits.max_tool_calls_per_answer,
         }
     }
 
-    /// What the answer used, once known (the last chunk carries it too).
-    pub fn usage(&self) -> Option<Usage> {
-        self.usage
+    /// Take one chunk in; each piece is counted before it is kept.
+    fn take(&mut self, chunk: WireChunk) -> Result<(), LlmError> {
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(Usage {
+                input_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
+            });
+        }
+        // One answer is asked for (no `n`): only the first choice is read.
+        let Some(choice) = chunk.choices.into_iter().next() else {
+            return Ok(());
+        };
+        if let Some(text) = choice.delta.content.filter(|text| !text.is_empty()) {
+            self.keep(text.len())?;
+            self.pending.push_back(text);
+        }
+        for fragment in choice.delta.tool_calls {
+            self.take_call_fragment(fragment)?;
+        }
+        if let Some(reason) = choice.finish_reason
+            && self.finish_reason.as_deref() != Some(reason.as_str())
+        {
+            self.keep(reason.len())?;
+            self.finish_reason = Some(reason);
+        }
+        Ok(())
+    }
+
+    /// A fragment of tool call `index`: the first opens its record; an id replaces
+    /// the one before (providers repeat it, which costs nothing); a name and
+    /// arguments are appended.
+    fn take_call_fragment(&mut self, fragment: WireToolCall) -> Result<(), LlmError> {
+        let known = self.calls.get(&fragment.index);
+        if known.is_none() && self.calls.len() >= self.max_calls {
+            return Err(LlmError::Failed(format!(
+                "the model's answer has more than llm.max_tool_calls_per_answer ({}) tool calls",
+                self.max_calls
+            )));
+        }
+        let new_id = fragment.id.filter(|id| known.is_none_or(|call| call.id != *id));
+        let function = fragment.function.unwrap_or_default();
+        let name = function.name.unwrap_or_default();
+        let arguments = function.arguments.unwrap_or_default();
+        let record = if known.is_none() { CALL_RECORD_BYTES } else { 0 };
+        self.keep(record + new_id.as_ref().map_or(0, String::len) + name.len() + arguments.len())?;
+        let call = self.calls.entry(fragment.index).or_default();
+        if let Some(id) = new_id {
+            call.id = id;
+        }
+        call.name.push_str(&name);
+        call.arguments.push_str(&arguments);
+        Ok(())
+    }
+
+    fn keep(&mut self, bytes: usize) -> Result<(), LlmError> {
+        self.kept_bytes = self.kept_bytes.saturating_add(bytes);
+        if self.kept_bytes > self.max_bytes {
+            return Err(LlmError::Failed(format!(
+                "the model's answer is over llm.max_answer_bytes ({})",
+                self.max_bytes
+            )));
+        }
+        Ok(())
     }
 
     fn last_chunk(&mut self) -> Chunk {
@@ -358,6 +448,42 @@ impl ChatStream {
             finish_reason: self.finish_reason.clone(),
             usage: self.usage,
         }
+    }
+}
+
+impl ChatStream {
+    /// The next chunk; `None` once the answer has ended.
+    pub async fn next(&mut self) -> Result<Option<Chunk>, LlmError> {
+        loop {
+            if let Some(text) = self.answer.pending.pop_front() {
+                return Ok(Some(Chunk {
+                    text,
+                    ..Chunk::default()
+                }));
+            }
+            match self.state {
+                StreamState::Closed => return Ok(None),
+                StreamState::Done => {
+                    self.state = StreamState::Closed;
+                    return Ok(Some(self.answer.last_chunk()));
+                }
+                StreamState::Open => {}
+            }
+            if let Err(error) = self.read_more().await {
+                self.state = StreamState::Closed;
+                return Err(error);
+            }
+        }
+    }
+
+    /// What the answer used, once known (the last chunk carries it too).
+    pub fn usage(&self) -> Option<Usage> {
+        self.answer.usage
+    }
+
+    /// The bytes of the answer the node has kept so far, as `llm.max_answer_bytes` counts them.
+    pub fn kept_bytes(&self) -> usize {
+        self.answer.kept_bytes
     }
 
     /// Read the next piece of the body and parse what it completes.
@@ -379,7 +505,7 @@ impl ChatStream {
         };
         let Some(piece) = piece else {
             // The body ended: complete only if the answer said how it finished.
-            if self.finish_reason.is_some() {
+            if self.answer.finish_reason.is_some() {
                 self.state = StreamState::Done;
                 return Ok(());
             }
@@ -401,7 +527,7 @@ impl ChatStream {
     fn take_event(&mut self, data: &str) -> Result<(), LlmError> {
         let data = data.trim();
         if data == "[DONE]" {
-            if self.finish_reason.is_none() {
+            if self.answer.finish_reason.is_none() {
                 return Err(self.broke_off("the answer ended before it finished"));
             }
             self.state = StreamState::Done;
@@ -413,48 +539,7 @@ impl ChatStream {
         let chunk: WireChunk = serde_json::from_str(data).map_err(|error| {
             self.not_the_protocol(&format!("a chunk is not a chat.completion.chunk ({error})"))
         })?;
-        if let Some(usage) = chunk.usage {
-            self.usage = Some(Usage {
-                input_tokens: usage.prompt_tokens,
-                output_tokens: usage.completion_tokens,
-            });
-        }
-        // One answer is asked for (no `n`): only the first choice is read.
-        let Some(choice) = chunk.choices.into_iter().next() else {
-            return Ok(());
-        };
-        if let Some(text) = choice.delta.content.filter(|text| !text.is_empty()) {
-            self.count(text.len())?;
-            self.pending.push_back(text);
-        }
-        for fragment in choice.delta.tool_calls {
-            let call = self.calls.entry(fragment.index).or_default();
-            if let Some(id) = fragment.id {
-                call.id = id;
-            }
-            let function = fragment.function.unwrap_or_default();
-            let name = function.name.unwrap_or_default();
-            let arguments = function.arguments.unwrap_or_default();
-            let grew = name.len() + arguments.len();
-            call.name.push_str(&name);
-            call.arguments.push_str(&arguments);
-            self.count(grew)?;
-        }
-        if let Some(reason) = choice.finish_reason {
-            self.finish_reason = Some(reason);
-        }
-        Ok(())
-    }
-
-    fn count(&mut self, bytes: usize) -> Result<(), LlmError> {
-        self.answer_bytes += bytes;
-        if self.answer_bytes > self.max_answer_bytes {
-            return Err(LlmError::Failed(format!(
-                "the model's answer is over llm.max_answer_bytes ({})",
-                self.max_answer_bytes
-            )));
-        }
-        Ok(())
+        self.answer.take(chunk)
     }
 
     /// An error answer's status and the provider's own message (bounded).
@@ -539,5 +624,116 @@ mod tests {
         assert_eq!(body["messages"][1]["tool_call_id"], "call_1");
         assert_eq!(body["tools"][0]["type"], "function");
         assert_eq!(body["max_tokens"], 10);
+    }
+
+    fn limits(max_bytes: usize, max_calls: usize) -> LlmConfig {
+        LlmConfig {
+            max_answer_bytes: max_bytes,
+            max_tool_calls_per_answer: max_calls,
+            ..crate::config::Config::defaults().llm
+        }
+    }
+
+    fn chunk(value: Value) -> WireChunk {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn call_fragment(index: u64, id: Option<&str>, name: &str, arguments: &str) -> WireChunk {
+        chunk(json!({"choices": [{"delta": {"tool_calls": [{
+            "index": index, "id": id, "function": {"name": name, "arguments": arguments},
+        }]}}]}))
+    }
+
+    #[test]
+    fn every_kept_byte_of_a_tool_call_counts_and_a_repeated_id_costs_nothing() {
+        let mut answer = Assembly::new(&limits(1 << 20, 64));
+        answer
+            .take(call_fragment(0, Some("call_1"), "search", "{\"q\""))
+            .unwrap();
+        assert_eq!(answer.kept_bytes, CALL_RECORD_BYTES + 6 + 6 + 4);
+        answer.take(call_fragment(0, Some("call_1"), "", ":1}")).unwrap();
+        assert_eq!(answer.kept_bytes, CALL_RECORD_BYTES + 6 + 6 + 7);
+        answer.take(call_fragment(0, Some("call_2"), "", "")).unwrap();
+        assert_eq!(answer.kept_bytes, CALL_RECORD_BYTES + 6 + 6 + 7 + 6);
+        answer
+            .take(chunk(
+                json!({"choices": [{"delta": {"content": "hi"}, "finish_reason": "tool_calls"}]}),
+            ))
+            .unwrap();
+        assert_eq!(answer.kept_bytes, CALL_RECORD_BYTES + 6 + 6 + 7 + 6 + 2 + 10);
+        let last = answer.last_chunk();
+        assert_eq!(
+            last.tool_calls,
+            vec![ToolCall {
+                id: "call_2".into(),
+                name: "search".into(),
+                arguments: "{\"q\":1}".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn new_calls_with_long_ids_end_the_answer_at_its_byte_bound() {
+        let mut answer = Assembly::new(&limits(1000, 64));
+        let id = "i".repeat(300);
+        let error = (0..64)
+            .find_map(|index| answer.take(call_fragment(index, Some(&id), "", "")).err())
+            .expect("the bound to end the answer");
+        assert!(
+            error.to_string().contains("llm.max_answer_bytes (1000)"),
+            "{error}"
+        );
+        assert!(answer.kept_bytes <= 1000 + CALL_RECORD_BYTES + id.len());
+    }
+
+    #[test]
+    fn the_tool_calls_of_one_answer_are_bounded_in_number() {
+        let mut answer = Assembly::new(&limits(1 << 20, 2));
+        answer.take(call_fragment(7, Some("a"), "f", "")).unwrap();
+        answer.take(call_fragment(9, Some("b"), "f", "")).unwrap();
+        // More of a call already open is no new call.
+        answer.take(call_fragment(7, None, "", "{}")).unwrap();
+        let error = answer.take(call_fragment(10, Some("c"), "f", "")).unwrap_err();
+        assert!(
+            matches!(&error, LlmError::Failed(message) if message.contains("llm.max_tool_calls_per_answer (2)")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn the_prompt_s_bytes_are_its_texts_calls_and_tool_definitions() {
+        let request = ChatRequest {
+            messages: vec![
+                ChatMessage {
+                    role: Role::User,
+                    content: "hello".into(),
+                    tool_calls: Vec::new(),
+                    tool_call_id: None,
+                },
+                ChatMessage {
+                    role: Role::Assistant,
+                    content: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "f".into(),
+                        arguments: "{}".into(),
+                    }],
+                    tool_call_id: None,
+                },
+                ChatMessage {
+                    role: Role::Tool,
+                    content: "done".into(),
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some("c1".into()),
+                },
+            ],
+            tools: vec![ToolDefinition {
+                name: "f".into(),
+                description: "does".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            ..ChatRequest::default()
+        };
+        assert_eq!(request.prompt_bytes(), 5 + (2 + 1 + 2) + (4 + 2) + (1 + 4 + 17));
     }
 }

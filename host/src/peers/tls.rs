@@ -98,6 +98,8 @@ impl Outbound {
             // Redirects are followed by `http_client::request_within`, hop by hop,
             // each checked against the call's allow-list.
             .redirect(reqwest::redirect::Policy::none())
+            // Internal addresses are refused where the connection is made.
+            .dns_resolver(super::http_client::CheckedResolver)
             .connect_timeout(CONNECT_TIMEOUT)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()

@@ -34,7 +34,8 @@ impl DeliveryError {
             | DeliveryError::Client(ClientError::HostNotAllowed(_))
             | DeliveryError::Client(ClientError::TooLarge { .. })
             | DeliveryError::Client(ClientError::RedirectNotAllowed { .. })
-            | DeliveryError::Client(ClientError::TooManyRedirects { .. }) => false,
+            | DeliveryError::Client(ClientError::TooManyRedirects { .. })
+            | DeliveryError::Client(ClientError::InternalAddress(_)) => false,
             DeliveryError::Client(_) => true,
             DeliveryError::Refused { status, .. } => *status >= 500 || *status == 429,
             DeliveryError::BadReply { .. } => false,

@@ -24,10 +24,8 @@ pub enum ToolError {
     Rejected { tool: String, feedback: Option<String> },
     #[error("approval of tool {0} timed out")]
     ApprovalTimedOut(String),
-    #[error(
-        "tool {tool} needs a human's approval and {limit} calls already wait on the node; try again later"
-    )]
-    TooManyWaiting { tool: String, limit: usize },
+    #[error("tool {tool} needs a human's approval and {why}; try again later")]
+    TooManyWaiting { tool: String, why: String },
     #[error("tool {tool} failed: {message}")]
     Failed { tool: String, message: String },
     #[error("the node is shutting down")]

@@ -1,5 +1,6 @@
 //! What a plugin call is part of: where its events go, whose history it may
-//! read, and who approves its risky tool calls. Transports build one per
+//! read, who approves its risky tool calls and which caller it serves (the
+//! node's fair-share policies count by caller). Transports build one per
 //! request; the host functions in [`super::host_api`] consult it.
 //!
 //! A tool called from a plugin runs in its own exchange ([`Exchange::nested`]):
@@ -46,6 +47,15 @@ pub fn is_host_event_kind(kind: &str) -> bool {
     matches!(kind, "tool_call" | "tool_response") || kind.starts_with("hai.") || kind.starts_with("host.")
 }
 
+/// Who a plugin call serves: the transport and the client (an address as the
+/// listener counts them, or a token), so no one caller can take what the node
+/// shares among all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub transport: &'static str,
+    pub client: String,
+}
+
 /// Asks a human to approve a tool call (the HAI transport implements it).
 #[async_trait::async_trait]
 pub trait Approver: Send + Sync {
@@ -62,6 +72,8 @@ pub struct Exchange {
     /// The store id whose history `history()` returns.
     pub history_id: Option<String>,
     pub approver: Option<Arc<dyn Approver>>,
+    /// The caller it serves; `None` for the node's own calls (schedules, loading).
+    pub caller: Option<Caller>,
     /// How long `emit` waits for a slow consumer before failing the emit.
     pub emit_timeout: Option<Duration>,
     pub(crate) tool_depth: u32,
@@ -85,6 +97,14 @@ impl Exchange {
 
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Exchange {
         self.approver = Some(approver);
+        self
+    }
+
+    pub fn with_caller(mut self, transport: &'static str, client: impl Into<String>) -> Exchange {
+        self.caller = Some(Caller {
+            transport,
+            client: client.into(),
+        });
         self
     }
 
@@ -121,6 +141,7 @@ impl Exchange {
             lifecycle: self.lifecycle.clone(),
             history_id: None,
             approver: self.approver.clone(),
+            caller: self.caller.clone(),
             emit_timeout: self.emit_timeout,
             tool_depth: self.tool_depth + 1,
         }

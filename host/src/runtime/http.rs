@@ -11,7 +11,10 @@
 //! trust roots and `tls.ca_file`, certificates always verified), bounded by
 //! `outbound.timeout_ms` and, for the request and the answer bodies each,
 //! `outbound.max_response_bytes`. Redirects come back to the plugin as they
-//! are: following one is a new request, checked again.
+//! are: following one is a new request, checked again. A listed *name* that
+//! resolves inside the node's network (loopback, private, link-local…) is
+//! refused when connecting, like every outbound call (`peers::http_client`):
+//! only an IP literal listed, or `outbound.allowed_private`, reaches inside.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -151,16 +154,38 @@ impl WasiHttpHooks for PluginHttp {
             let outcome = send(request, &url, timeout, allowed.max_bytes).await;
             let label = match &outcome {
                 Ok(_) => "ok",
-                Err(HttpError::ConnectionTimeout | HttpError::HttpResponseTimeout) => "timeout",
-                Err(_) => "failed",
+                Err(Failed::Denied(why)) => {
+                    tracing::warn!(plugin = &*plugin, "{why}");
+                    "denied"
+                }
+                Err(Failed::Other(HttpError::ConnectionTimeout | HttpError::HttpResponseTimeout)) => {
+                    "timeout"
+                }
+                Err(Failed::Other(_)) => "failed",
             };
             allowed.metrics.observe_plugin_http(&plugin, label);
-            let response = outcome?;
+            let response = outcome.map_err(|failed| match failed {
+                Failed::Denied(why) => HttpError::InternalError(Some(why)),
+                Failed::Other(error) => error,
+            })?;
             Ok((
                 response,
                 Box::new(async { Ok(()) }) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
             ))
         })
+    }
+}
+
+/// Why an allowed request got no answer.
+enum Failed {
+    /// Refused by the node's policy when connecting (logged, with the reason).
+    Denied(String),
+    Other(HttpError),
+}
+
+impl From<HttpError> for Failed {
+    fn from(error: HttpError) -> Failed {
+        Failed::Other(error)
     }
 }
 
@@ -170,7 +195,7 @@ async fn send(
     url: &url::Url,
     timeout: Duration,
     max_bytes: usize,
-) -> Result<http::Response<WasiBody>, HttpError> {
+) -> Result<http::Response<WasiBody>, Failed> {
     let (parts, body) = request.into_parts();
     let body = Limited::new(body, max_bytes)
         .collect()
@@ -192,10 +217,11 @@ async fn send(
     )
     .await
     .map_err(|error| match error {
-        ClientError::Timeout { .. } => HttpError::HttpResponseTimeout,
-        ClientError::TooLarge { .. } => HttpError::HttpResponseBodySize(Some(max_bytes as u64)),
-        ClientError::Tls { .. } => HttpError::TlsCertificateError,
-        other => HttpError::InternalError(Some(other.to_string())),
+        ClientError::InternalAddress(refused) => Failed::Denied(format!("HTTP request denied: {refused}")),
+        ClientError::Timeout { .. } => HttpError::HttpResponseTimeout.into(),
+        ClientError::TooLarge { .. } => HttpError::HttpResponseBodySize(Some(max_bytes as u64)).into(),
+        ClientError::Tls { .. } => HttpError::TlsCertificateError.into(),
+        other => HttpError::InternalError(Some(other.to_string())).into(),
     })?;
     let mut response = http::Response::builder().status(answer.status);
     if let Some(headers) = response.headers_mut() {
@@ -206,7 +232,7 @@ async fn send(
         .boxed_unsync();
     response
         .body(body)
-        .map_err(|e| HttpError::InternalError(Some(format!("the answer cannot be handed on: {e}"))))
+        .map_err(|e| HttpError::InternalError(Some(format!("the answer cannot be handed on: {e}"))).into())
 }
 
 #[cfg(test)]

@@ -4,11 +4,16 @@
 //! The host decides everything a plugin could otherwise abuse or leak: which
 //! provider answers (only those the plugin's capabilities declare), with which
 //! key (the plugin never sees it), how often (`llm.calls_per_minute`), how much
-//! (`llm.tokens_per_day`, counted from the provider's usage, or estimated from
-//! the bytes when it reports none; kept in the node's store, so a restart does
-//! not start the day afresh and a fleet's nodes share one count), how many
-//! answers stream at once across the
-//! node (`llm.max_concurrent_calls`), and how long any wait may be. A plugin
+//! (`llm.tokens_per_day` per plugin and `llm.tokens_per_day_per_caller` per
+//! caller the call serves, so one caller of a shared assistant cannot spend
+//! everyone's day; counted from the provider's usage, or estimated from
+//! the bytes of the prompt and the answer when it reports none; kept in the
+//! node's store, so a restart does not start the day afresh and a fleet's
+//! nodes share one count), how many answers stream at once across the
+//! node (`llm.max_concurrent_calls`), and how long any wait may be. A prompt
+//! is weighed before it is sent: one whose own estimate is over what is left
+//! of the day is refused there, since a day counted only as answers end would
+//! let any number of large prompts through on its last token. A plugin
 //! waiting for the model is parked like one waiting for an approval, so a slow
 //! model does not hold a call slot other transports need.
 
@@ -31,14 +36,39 @@ const DAY_SECS: u64 = 86_400;
 /// Tries at adding to a day's count before giving up (each loses only to
 /// another node or call adding at the same instant).
 const ADD_TRIES: usize = 8;
+/// About four bytes a token: the estimate for a provider that reports no usage.
+const BYTES_PER_TOKEN: usize = 4;
+
+/// The tokens `bytes` of text are estimated to be, prompt or answer alike.
+fn estimated_tokens(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(BYTES_PER_TOKEN)).unwrap_or(u32::MAX)
+}
+
+/// Whose day a call's tokens count toward: its plugin's, and its caller's
+/// when it serves one (the store keys of both).
+#[derive(Clone)]
+struct Accounts {
+    plugin: Arc<str>,
+    caller: Option<Arc<str>>,
+}
+
+impl Accounts {
+    fn keys(&self, day: u64) -> impl Iterator<Item = Vec<u8>> + '_ {
+        std::iter::once(tokens_key(&self.plugin, day)).chain(
+            self.caller
+                .iter()
+                .map(move |caller| format!("llm.caller_tokens\0{caller}\0{day}").into_bytes()),
+        )
+    }
+}
 
 /// An answer a plugin is reading (the `chat-stream` resource), and what it counts.
 pub struct LlmStream {
     stream: model::ChatStream,
-    plugin: Arc<str>,
+    accounts: Accounts,
     started: Instant,
-    /// Bytes handed on, for the token estimate when the provider reports no usage.
-    bytes: usize,
+    /// The prompt's estimated tokens, counted when the provider reports no usage.
+    prompt_tokens: u32,
     ended: bool,
     budget: Arc<LlmBudget>,
     /// One of `llm.max_concurrent_calls`, held while the answer streams.
@@ -77,28 +107,61 @@ impl LlmBudget {
         }
     }
 
-    /// The tokens `plugin` has used today, across restarts and the fleet.
-    async fn tokens_today(&self, plugin: &str) -> Result<u64, LlmError> {
+    /// The tokens each of `accounts` has used today, across restarts and the
+    /// fleet: the plugin's, then the caller's (0 without one).
+    async fn tokens_today(&self, accounts: &Accounts) -> Result<(u64, u64), LlmError> {
         let day = crate::store::now_ms() / 1000 / DAY_SECS;
-        self.store
-            .get::<u64>(Collection::Meta, &tokens_key(plugin, day))
-            .await
-            .map(Option::unwrap_or_default)
-            // Refused rather than let through: the limit is what bounds the bill.
-            .map_err(|e| LlmError::Failed(format!("cannot read plugin {plugin}'s token use: {e}")))
+        let mut used = [0u64; 2];
+        for (slot, key) in used.iter_mut().zip(accounts.keys(day)) {
+            *slot = self
+                .store
+                .get::<u64>(Collection::Meta, &key)
+                .await
+                .map(Option::unwrap_or_default)
+                // Refused rather than let through: the limit is what bounds the bill.
+                .map_err(|e| {
+                    LlmError::Failed(format!("cannot read plugin {}'s token use: {e}", accounts.plugin))
+                })?;
+        }
+        Ok((used[0], used[1]))
     }
 
-    /// Count a call `plugin` starts, having used `tokens_today`, or say which limit it has reached.
-    fn admit(&self, plugin: &Arc<str>, tokens_today: u64) -> Result<OwnedSemaphorePermit, LlmError> {
+    /// Count a call `plugin` starts with a prompt of about `prompt_tokens`, its
+    /// plugin and caller having used `tokens_today`, or say which limit it has reached.
+    fn admit(
+        &self,
+        accounts: &Accounts,
+        (tokens_today, caller_today): (u64, u64),
+        prompt_tokens: u32,
+    ) -> Result<OwnedSemaphorePermit, LlmError> {
+        let plugin = &accounts.plugin;
+        if let Some(caller) = &accounts.caller {
+            let per_caller = self.config.tokens_per_day_per_caller;
+            let left = per_caller.saturating_sub(caller_today);
+            if left == 0 || u64::from(prompt_tokens) > left {
+                return Err(LlmError::Limited(format!(
+                    "this caller ({caller}) has {left} tokens left today of its \
+                     llm.tokens_per_day_per_caller ({per_caller}); the prompt is about {prompt_tokens}"
+                )));
+            }
+        }
         let minute = crate::store::now_ms() / 60_000;
         let mut calls = self.calls.lock();
         let entry = calls.entry(plugin.clone()).or_default();
         if entry.minute != minute {
             (entry.minute, entry.count) = (minute, 0);
         }
-        if tokens_today >= self.config.tokens_per_day {
+        let tokens_left = self.config.tokens_per_day.saturating_sub(tokens_today);
+        if tokens_left == 0 {
             return Err(LlmError::Limited(format!(
                 "plugin {plugin} has used its llm.tokens_per_day ({})",
+                self.config.tokens_per_day
+            )));
+        }
+        if u64::from(prompt_tokens) > tokens_left {
+            return Err(LlmError::Limited(format!(
+                "plugin {plugin}'s prompt, about {prompt_tokens} tokens by its size, is over the \
+                 {tokens_left} left today of its llm.tokens_per_day ({})",
                 self.config.tokens_per_day
             )));
         }
@@ -118,36 +181,41 @@ impl LlmBudget {
         Ok(permit)
     }
 
-    /// Add `tokens` to `plugin`'s count of today, in the background: for an
-    /// answer abandoned unread, which ends in `Drop`, where nothing can be awaited.
-    fn spend_later(&self, plugin: &Arc<str>, tokens: u64) {
+    /// Add `tokens` to the counts of today, in the background: for an answer
+    /// abandoned unread, which ends in `Drop`, where nothing can be awaited.
+    fn spend_later(&self, accounts: &Accounts, tokens: u64) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (store, plugin) = (self.store.clone(), plugin.clone());
-        handle.spawn(async move {
-            if let Err(error) = add_tokens(&store, &plugin, tokens).await {
-                tracing::warn!(%plugin, tokens, %error, "the model's tokens were not counted");
-            }
-        });
+        let (store, accounts) = (self.store.clone(), accounts.clone());
+        handle.spawn(async move { spend(&store, &accounts, tokens).await });
     }
 }
 
-/// Add `tokens` to today's count of `plugin`: compare-and-swap, so that calls
-/// ending at once (on this node or another of the fleet) all count.
-async fn add_tokens(store: &Store, plugin: &str, tokens: u64) -> Result<(), String> {
+/// Add `tokens` to today's count of each of `accounts`; a failure is logged.
+async fn spend(store: &Store, accounts: &Accounts, tokens: u64) {
     let day = crate::store::now_ms() / 1000 / DAY_SECS;
-    let key = tokens_key(plugin, day);
+    for key in accounts.keys(day) {
+        if let Err(error) = add_tokens(store, &key, day, tokens).await {
+            let plugin = &accounts.plugin;
+            tracing::warn!(%plugin, tokens, %error, "the model's tokens were not counted");
+        }
+    }
+}
+
+/// Add `tokens` to the count at `key` (a day's): compare-and-swap, so that calls
+/// ending at once (on this node or another of the fleet) all count.
+async fn add_tokens(store: &Store, key: &[u8], day: u64, tokens: u64) -> Result<(), String> {
     // Kept a day past its own, then swept.
     let expires = Some((day + 2) * DAY_SECS * 1000);
     for _ in 0..ADD_TRIES {
-        let added = match store.get::<u64>(Collection::Meta, &key).await {
-            Ok(None) => store.insert_new(Collection::Meta, &key, &tokens, expires).await,
+        let added = match store.get::<u64>(Collection::Meta, key).await {
+            Ok(None) => store.insert_new(Collection::Meta, key, &tokens, expires).await,
             Ok(Some(used)) => {
                 store
                     .update(
                         Collection::Meta,
-                        &key,
+                        key,
                         &used,
                         &used.saturating_add(tokens),
                         expires,
@@ -174,12 +242,11 @@ impl LlmStream {
             return None;
         }
         let usage = self.stream.usage().unwrap_or(model::Usage {
-            input_tokens: 0,
-            // About four bytes a token, for a provider that reports no usage.
-            output_tokens: (self.bytes / 4) as u32,
+            input_tokens: self.prompt_tokens,
+            output_tokens: estimated_tokens(self.stream.kept_bytes()),
         });
         self.budget.metrics.observe_llm_call(
-            &self.plugin,
+            &self.accounts.plugin,
             outcome,
             self.started.elapsed(),
             usage.input_tokens,
@@ -192,7 +259,7 @@ impl LlmStream {
 impl Drop for LlmStream {
     fn drop(&mut self) {
         if let Some(tokens) = self.end("abandoned") {
-            self.budget.spend_later(&self.plugin, tokens);
+            self.budget.spend_later(&self.accounts, tokens);
         }
     }
 }
@@ -241,8 +308,17 @@ impl PluginState {
     ) -> Result<LlmStream, LlmError> {
         let provider = self.llm_provider(request.provider.as_deref())?;
         let request = model_request(request)?;
-        let tokens_today = budget.tokens_today(&self.plugin_name).await?;
-        let permit = budget.admit(&self.plugin_name, tokens_today)?;
+        let prompt_tokens = estimated_tokens(request.prompt_bytes());
+        let accounts = Accounts {
+            plugin: self.plugin_name.clone(),
+            caller: self
+                .exchange
+                .caller
+                .as_ref()
+                .map(|caller| Arc::from(format!("{}:{}", caller.transport, caller.client).as_str())),
+        };
+        let used = budget.tokens_today(&accounts).await?;
+        let permit = budget.admit(&accounts, used, prompt_tokens)?;
         let place = self.host.park_place();
         let config = &self.host.node_config.llm;
         let stream = self
@@ -251,9 +327,9 @@ impl PluginState {
             .await?;
         Ok(LlmStream {
             stream,
-            plugin: self.plugin_name.clone(),
+            accounts,
             started,
-            bytes: 0,
+            prompt_tokens,
             ended: false,
             budget: budget.clone(),
             _permit: permit,
@@ -291,12 +367,6 @@ impl wit::HostChatStream for PluginState {
             .await;
         let (reply, spent) = match result {
             Ok(Some(chunk)) => {
-                let calls: usize = chunk
-                    .tool_calls
-                    .iter()
-                    .map(|c| c.name.len() + c.arguments.len())
-                    .sum();
-                answer.bytes += chunk.text.len() + calls;
                 let spent = chunk.finish_reason.is_some().then(|| answer.end("ok")).flatten();
                 (Ok(Some(to_wit_chunk(chunk))), spent)
             }
@@ -309,10 +379,8 @@ impl wit::HostChatStream for PluginState {
         if let Some(tokens) = spent {
             // Counted (durably) before the plugin learns the answer ended, so
             // its next call, or the node after a restart, sees the count.
-            let (budget, plugin) = (answer.budget.clone(), answer.plugin.clone());
-            if let Err(error) = add_tokens(&budget.store, &plugin, tokens).await {
-                tracing::warn!(%plugin, tokens, %error, "the model's tokens were not counted");
-            }
+            let (budget, accounts) = (answer.budget.clone(), answer.accounts.clone());
+            spend(&budget.store, &accounts, tokens).await;
         }
         reply
     }
@@ -415,5 +483,19 @@ fn to_wit(error: LlmError) -> wit::LlmError {
     wit::LlmError {
         kind,
         message: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_about_four_bytes_and_a_started_one_counts() {
+        assert_eq!(estimated_tokens(0), 0);
+        assert_eq!(estimated_tokens(1), 1);
+        assert_eq!(estimated_tokens(4), 1);
+        assert_eq!(estimated_tokens(400 * 1024), 102_400);
+        assert_eq!(estimated_tokens(usize::MAX), u32::MAX);
     }
 }

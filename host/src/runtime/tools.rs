@@ -108,14 +108,21 @@ impl Runtime {
         let tool = self.resolve_tool(name).await?;
         let call = ToolCall::new(name, tool.spec.risk, caller);
         let approver = self.approver_for(&call).await?;
-        let place = host.park_place();
-        if approver.is_some() && place.is_none() {
-            call.failed("too many calls wait for an approval").await;
-            return Err(ToolError::TooManyWaiting {
-                tool: name.to_string(),
-                limit: host.max_parked,
-            });
-        }
+        // The share is held until the wait below ends.
+        let (place, _share) = if approver.is_some() {
+            match host.approval_place(caller.caller.as_ref()) {
+                Ok((park, share)) => (Some(park), Some(share)),
+                Err(why) => {
+                    call.failed("too many calls wait for an approval").await;
+                    return Err(ToolError::TooManyWaiting {
+                        tool: name.to_string(),
+                        why,
+                    });
+                }
+            }
+        } else {
+            (host.park_place(), None)
+        };
         let work = self.approve_and_run(&call, &tool, approver, arguments);
         host.while_parked(slot, place, work).await
     }

@@ -21,6 +21,7 @@
 //! ([`Store::put_keyed`], a signed request's state).
 
 pub mod backend;
+pub mod depth;
 mod journal;
 pub mod postgres;
 pub mod sled;
@@ -55,6 +56,21 @@ pub enum StoreError {
     /// bug, or a schema this node does not know): an internal error.
     #[error("database: {0}")]
     Database(String),
+}
+
+/// A value as the store writes it: JSON, refused when it nests deeper than
+/// the store can read back ([`depth::MAX_STORED_DEPTH`]), so nothing written
+/// is unreadable.
+fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+    let bytes = serde_json::to_vec(value)?;
+    let nesting = depth::depth(&bytes);
+    if nesting > depth::MAX_STORED_DEPTH {
+        return Err(StoreError::Limit(format!(
+            "a value nesting {nesting} levels deep cannot be stored; at most {} can be read back",
+            depth::MAX_STORED_DEPTH
+        )));
+    }
+    Ok(bytes)
 }
 
 impl StoreError {
@@ -312,7 +328,7 @@ impl Store {
         value: &T,
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
-        let bytes = serde_json::to_vec(value)?;
+        let bytes = encode(value)?;
         self.backend.put(collection, key, &bytes, expires_at_ms).await
     }
 
@@ -326,7 +342,7 @@ impl Store {
         value: &T,
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
-        let bytes = serde_json::to_vec(value)?;
+        let bytes = encode(value)?;
         self.backend
             .put_keyed(collection, key, &bytes, expires_at_ms)
             .await
@@ -384,7 +400,7 @@ impl Store {
         value: &T,
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
-        let bytes = serde_json::to_vec(value)?;
+        let bytes = encode(value)?;
         self.backend
             .insert_new(collection, key, &bytes, expires_at_ms)
             .await
@@ -411,7 +427,7 @@ impl Store {
         expires_at_ms: Option<u64>,
     ) -> Result<bool> {
         let expected = serde_json::to_vec(expected)?;
-        let new = serde_json::to_vec(new)?;
+        let new = encode(new)?;
         self.backend
             .compare_and_swap(collection, key, &expected, &new, expires_at_ms)
             .await
@@ -426,7 +442,7 @@ impl Store {
         entry: &T,
         max_entries: usize,
     ) -> Result<()> {
-        let bytes = serde_json::to_vec(entry)?;
+        let bytes = encode(entry)?;
         self.backend
             .append_history(id, &bytes, max_entries as u64, self.max_history_bytes)
             .await

@@ -10,6 +10,11 @@
 //! - [`a2a`]: Agent2Agent 1.0 over JSON-RPC, answered by the HAI assistant plugin.
 //! - [`mcp`]: the Model Context Protocol: plugin tools for MCP clients, with the host's approvals.
 //!
+//! What every transport must enforce lives once, in [`crate::policy`]: who may
+//! connect from a browser (each router is wrapped in the browser guard), how
+//! many live things and how much stored data one client may hold. A transport
+//! decides only how to ask and how to refuse in its own protocol's shape.
+//!
 //! The clients of these protocols (what the CLI and plugins' outbound calls
 //! use) live below, in [`crate::peers`], so the runtime can call out without
 //! depending on the transports.
@@ -22,15 +27,6 @@ pub mod envelopes;
 pub mod hai;
 pub mod mcp;
 pub mod uagents;
-
-/// Whether a `Content-Type` header names JSON (parameters such as charset allowed).
-pub fn is_json_content_type(headers: &axum::http::HeaderMap) -> bool {
-    headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
-}
 
 /// An operator's bearer token, when one is set (`""`: no token needed);
 /// compared as SHA-256 digests in constant time, so neither its bytes nor its

@@ -109,6 +109,21 @@ impl Postgres {
         self.url_for(&name)
     }
 
+    /// One value a query of `url`'s database answers, as text (`psql`, so a test
+    /// reads what the node wrote without a client library of its own).
+    pub fn query_one(&self, url: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-X", "-A", "-t", "-d", url, "-c", sql])
+            .output()
+            .expect("running psql");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Stop the server (fast shutdown: sessions are cut, nothing committed is
     /// lost); the data stays for [`Postgres::restart`].
     pub fn stop(&self) {

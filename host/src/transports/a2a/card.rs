@@ -17,7 +17,7 @@ use crate::runtime::Risk;
 /// Media types the agent reads and writes: text, and JSON data parts (approvals).
 pub const MODES: [&str; 2] = ["text/plain", "application/json"];
 
-pub fn agent_card(node: &NodeState, host_header: Option<&str>) -> Value {
+pub fn agent_card(node: &NodeState) -> Value {
     let config = &node.config;
     let registry = node.runtime.registry();
     let threshold = Risk::parse(&config.tools.approval_threshold).unwrap_or(Risk::High);
@@ -56,7 +56,7 @@ pub fn agent_card(node: &NodeState, host_header: Option<&str>) -> Value {
         "description": config.a2a.description,
         "version": env!("CARGO_PKG_VERSION"),
         "supportedInterfaces": [{
-            "url": endpoint(node, host_header),
+            "url": endpoint(node),
             "protocolBinding": "JSONRPC",
             "protocolVersion": PROTOCOL_VERSION,
         }],
@@ -72,37 +72,38 @@ pub fn agent_card(node: &NodeState, host_header: Option<&str>) -> Value {
     card
 }
 
-/// The JSON-RPC URL: `a2a.public_url` + `a2a.path`, or else the address the
-/// client used (its `Host`, when it reads as a host and port) or the listener's.
-fn endpoint(node: &NodeState, host_header: Option<&str>) -> String {
-    let config = &node.config;
+/// The JSON-RPC URL: `a2a.public_url` + `a2a.path`, else the first of
+/// `http.public_hosts`, else the listen address (an unspecified address read as
+/// loopback). Never the request's `Host`: a rebinding page would name itself.
+fn endpoint(node: &NodeState) -> String {
+    endpoint_of(&node.config)
+}
+
+fn endpoint_of(config: &crate::config::Config) -> String {
     let path = config.a2a.path.trim_end_matches('/');
     if !config.a2a.public_url.is_empty() {
         return format!("{}{path}", config.a2a.public_url.trim_end_matches('/'));
     }
     let scheme = if config.tls.serves_tls() { "https" } else { "http" };
-    let host = host_header
-        .filter(|host| is_authority(host))
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            let listen = if config.a2a.listen.is_empty() {
-                &config.listen
-            } else {
-                &config.a2a.listen
-            };
-            listen.replace("0.0.0.0", "127.0.0.1")
-        });
+    let listen = if config.a2a.listen.is_empty() {
+        &config.listen
+    } else {
+        &config.a2a.listen
+    };
+    let has_port = |host: &str| {
+        host.rsplit_once(':').is_some_and(|(name, port)| {
+            port.bytes().all(|b| b.is_ascii_digit()) && (!name.contains(':') || name.ends_with(']'))
+        })
+    };
+    let host = match config.http.public_hosts.first() {
+        Some(host) if has_port(host) => host.clone(),
+        Some(host) => {
+            let port = listen.rsplit_once(':').map_or("", |(_, port)| port);
+            format!("{host}:{port}")
+        }
+        None => listen.replace("0.0.0.0", "127.0.0.1").replace("[::]", "[::1]"),
+    };
     format!("{scheme}://{host}{path}")
-}
-
-/// A `Host` value that is only a host name or address and an optional port, so a
-/// hostile header cannot put a path, credentials or markup into the card.
-fn is_authority(host: &str) -> bool {
-    !host.is_empty()
-        && host.len() <= 255
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }
 
 #[cfg(test)]
@@ -110,12 +111,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_authorities_become_the_cards_host() {
-        assert!(is_authority("127.0.0.1:8080"));
-        assert!(is_authority("[::1]:80"));
-        assert!(is_authority("agent.example.org"));
-        for hostile in ["evil.org/path", "user@host", "a b", "<script>", ""] {
-            assert!(!is_authority(hostile), "{hostile}");
-        }
+    fn the_cards_url_comes_from_the_settings_not_the_request() {
+        let mut config = crate::config::Config::defaults();
+        config.listen = "0.0.0.0:8080".into();
+        assert_eq!(endpoint_of(&config), "http://127.0.0.1:8080/a2a");
+        config.http.public_hosts = vec!["agent.example.org".into()];
+        assert_eq!(endpoint_of(&config), "http://agent.example.org:8080/a2a");
+        config.http.public_hosts = vec!["agent.example.org:443".into()];
+        assert_eq!(endpoint_of(&config), "http://agent.example.org:443/a2a");
+        config.http.public_hosts = vec!["[::1]".into()];
+        assert_eq!(endpoint_of(&config), "http://[::1]:8080/a2a");
+        config.a2a.public_url = "https://a2a.example.org/".into();
+        assert_eq!(endpoint_of(&config), "https://a2a.example.org/a2a");
     }
 }

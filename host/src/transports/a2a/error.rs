@@ -4,11 +4,13 @@
 //! SDK writes it, a `google.rpc.ErrorInfo` detail naming the reason.
 //!
 //! JSON-RPC errors travel in HTTP 200 answers (the SDK's client reads the body
-//! of nothing else); the exceptions are the listener's own refusals that come
-//! before any JSON-RPC is read: a body over the limit is HTTP 413.
+//! of nothing else); the exceptions are the refusals that come before any
+//! JSON-RPC is read: a body over the limit is HTTP 413, and the browser
+//! policy's 421 (a name not the node's), 403 (a foreign page) and 415 (not JSON).
 
 use serde_json::{Value, json};
 
+use crate::policy::browser::BrowserRefusal;
 use crate::runtime::InvokeError;
 use crate::store::StoreError;
 
@@ -42,13 +44,16 @@ pub enum A2aError {
     StorageUnavailable,
     #[error("Internal error: {0}")]
     Internal(String),
+    /// Refused by the node's browser policy before the body was read.
+    #[error("Invalid Request: {0}")]
+    Browser(#[from] BrowserRefusal),
 }
 
 impl A2aError {
     pub fn code(&self) -> i64 {
         match self {
             A2aError::Parse(_) => -32700,
-            A2aError::InvalidRequest(_) => -32600,
+            A2aError::InvalidRequest(_) | A2aError::Browser(_) => -32600,
             A2aError::MethodNotFound(_) => -32601,
             A2aError::InvalidParams(_) => -32602,
             A2aError::TaskNotFound(_) => -32001,
@@ -64,7 +69,7 @@ impl A2aError {
     fn reason(&self) -> &'static str {
         match self {
             A2aError::Parse(_) | A2aError::Internal(_) => "INTERNAL_ERROR",
-            A2aError::InvalidRequest(_) => "INVALID_REQUEST",
+            A2aError::InvalidRequest(_) | A2aError::Browser(_) => "INVALID_REQUEST",
             A2aError::MethodNotFound(_) => "METHOD_NOT_FOUND",
             A2aError::InvalidParams(_) => "INVALID_PARAMS",
             A2aError::TaskNotFound(_) => "TASK_NOT_FOUND",
@@ -100,6 +105,17 @@ impl A2aError {
             },
         })
     }
+}
+
+/// A browser policy refusal as an HTTP answer: its own status, the JSON-RPC error as the body.
+pub fn browser_refused(refusal: BrowserRefusal) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let status = refusal.status();
+    (
+        status,
+        axum::Json(A2aError::Browser(refusal).response(&Value::Null)),
+    )
+        .into_response()
 }
 
 impl From<StoreError> for A2aError {

@@ -8,6 +8,12 @@
 //!
 //! A forwarded message that no node runs (the runner stopped) changes
 //! nothing; the client sees the task as it stands when its wait runs out.
+//!
+//! What one client can push through the bus is bounded: an approval answer
+//! crosses it once per pending approval, fleet-wide (a claim in the shared
+//! store; a repeat is refused), and only as its decision — the ids and the
+//! `{approval_id, approved, feedback}` data, whose feedback the decision check
+//! bounds — never the rest of a message of up to `a2a.max_body_bytes`.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -18,7 +24,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::error::A2aError;
 use super::run;
 use super::state::{A2a, Shared};
-use super::wire::{Message, Task, TaskState};
+use super::wire::{Message, Part, Task, TaskState};
 use crate::store::FleetMessage;
 
 const TOPIC: &str = "a2a.task";
@@ -117,6 +123,51 @@ pub async fn wait_for(
             return Ok(task);
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether this is the first answer to `approval_id` of `task_id` on any node:
+/// only the first crosses the bus.
+pub async fn first_answer(shared: &Shared, task_id: &str, approval_id: &str) -> Result<bool, A2aError> {
+    let key = answer_key(task_id, approval_id);
+    let ttl_ms = shared.node.config.a2a.task_ttl_secs.saturating_mul(1000);
+    let expires = crate::store::now_ms().saturating_add(ttl_ms);
+    Ok(shared.node.store.claim_once(&key, expires).await?)
+}
+
+/// Give back the claim of an answer that could not be forwarded.
+pub async fn forget_answer(shared: &Shared, task_id: &str, approval_id: &str) {
+    let key = answer_key(task_id, approval_id);
+    if let Err(error) = shared.node.store.release_claim(&key).await {
+        tracing::warn!(transport = "a2a", task = %task_id, %error, "an unsent answer's claim was not released");
+    }
+}
+
+fn answer_key(task_id: &str, approval_id: &str) -> Vec<u8> {
+    format!("a2a.answer\0{task_id}\0{approval_id}").into_bytes()
+}
+
+/// The part of a client's approval answer that travels: its ids and role, and
+/// the decision's own fields as its one data part.
+pub fn decision_only(message: &Message) -> Message {
+    let decision: serde_json::Map<String, serde_json::Value> = message
+        .data()
+        .map(|data| {
+            ["approval_id", "approved", "feedback"]
+                .into_iter()
+                .filter_map(|key| Some((key.to_string(), data.get(key)?.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Message {
+        message_id: message.message_id.clone(),
+        context_id: message.context_id.clone(),
+        task_id: message.task_id.clone(),
+        role: message.role,
+        parts: vec![Part::data(serde_json::Value::Object(decision))],
+        metadata: None,
+        extensions: Vec::new(),
+        reference_task_ids: Vec::new(),
     }
 }
 

@@ -19,7 +19,12 @@
 //! - a request without `A2A-Version` is served as 1.0 (curl-friendly; the SDK
 //!   always sends it); another major (`0.3`, `99.0`) gets `-32009`;
 //! - `ListTasks` needs a `contextId`: a context id is the capability to read
-//!   its tasks, and an open port must not list everyone's conversations;
+//!   its tasks, and an open port must not list everyone's conversations; its
+//!   pages end at `pageSize` tasks or `a2a.max_list_bytes`, whichever comes
+//!   first, so one reply (and the memory behind it) stays about that size;
+//! - a request may nest JSON only as deep as a task holding its message can
+//!   be read back from the store ([`crate::store::depth`]); deeper is `-32602` before
+//!   anything is parsed or stored;
 //! - a task runs on the node that started it; on a fleet, another node takes
 //!   its approval or cancel and hands it over ([`fleet`]).
 
@@ -43,17 +48,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use futures::Stream;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use self::error::A2aError;
 use self::state::{A2a, Shared, state_name};
 use self::wire::{
-    GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, MessageLimits, SendMessageRequest,
-    StreamResponse, Task, TaskIdRequest, TaskState, TaskStatus,
+    GetTaskRequest, ListTasksRequest, Message, MessageLimits, SendMessageRequest, StreamResponse, Task,
+    TaskIdRequest, TaskState, TaskStatus,
 };
 use crate::node::state::NodeState;
 use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
+use crate::store::depth as json_depth;
 
 /// How long `CancelTask` waits for the plugin call to stop before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
@@ -65,12 +72,20 @@ pub fn router(node: NodeState) -> Router {
     let path = node.config.a2a.path.trim_end_matches('/').to_string();
     let path = if path.is_empty() { "/".to_string() } else { path };
     let limit = body_limit(&node);
+    let browser = crate::policy::browser::Endpoint {
+        allowed_origins: node.config.a2a.allowed_origins.clone(),
+        origins_key: "a2a.allowed_origins",
+        json_rpc: true,
+        refuse: error::browser_refused,
+    };
+    let policy = node.browser.clone();
     let shared = A2a::new(node);
     fleet::listen(&shared);
-    Router::new()
+    let router = Router::new()
         .route(CARD_PATH, get(agent_card))
         .route(&path, post(rpc).layer(DefaultBodyLimit::max(limit)))
-        .with_state(shared)
+        .with_state(shared);
+    crate::policy::browser::guard(router, policy, browser)
 }
 
 /// The A2A body limit: `a2a.max_body_bytes`, within the listener's own `http.max_body_bytes`.
@@ -78,9 +93,8 @@ fn body_limit(node: &NodeState) -> usize {
     node.config.body_limit(node.config.a2a.max_body_bytes)
 }
 
-async fn agent_card(State(shared): State<Shared>, headers: HeaderMap) -> Response {
-    let host = headers.get(header::HOST).and_then(|value| value.to_str().ok());
-    axum::Json(card::agent_card(&shared.node, host)).into_response()
+async fn agent_card(State(shared): State<Shared>) -> Response {
+    axum::Json(card::agent_card(&shared.node)).into_response()
 }
 
 /// One JSON-RPC request, read as the SDK's server reads it.
@@ -122,6 +136,9 @@ async fn rpc(
             );
         }
     };
+    if let Some(refusal) = refuse_deeper_than_stored(&raw) {
+        return refusal;
+    }
     let body: Value = match serde_json::from_slice(&raw) {
         Ok(body) => body,
         Err(error) => return reply_error(&Value::Null, A2aError::Parse(error.to_string())),
@@ -135,12 +152,7 @@ async fn rpc(
         return reply_error(&Value::Null, A2aError::InvalidRequest(why.into()));
     };
     let id = request.remove("id").unwrap_or(Value::Null);
-    let id_ok = match &id {
-        Value::Null | Value::String(_) => true,
-        Value::Number(number) => number.is_i64() || number.is_u64(),
-        _ => false,
-    };
-    if !id_ok {
+    if !valid_id(&id) {
         return reply_error(
             &Value::Null,
             A2aError::InvalidRequest("id must be a string, integer, or null".into()),
@@ -206,6 +218,59 @@ const METHODS: [&str; 11] = [
     "DeleteTaskPushNotificationConfig",
     "GetExtendedAgentCard",
 ];
+
+/// Levels a request wraps around its message: the JSON-RPC envelope and `params`.
+const REQUEST_LEVELS_ABOVE_MESSAGE: usize = 2;
+/// Levels a request wraps around a data part's value: those, `message`, `parts` and the part.
+const REQUEST_LEVELS_ABOVE_PART_DATA: usize = REQUEST_LEVELS_ABOVE_MESSAGE + 3;
+
+/// The deepest request served: one whose message, once stored in a task, the
+/// store can still read back. One limit with the store's, not a second guess.
+const MAX_REQUEST_DEPTH: usize =
+    json_depth::MAX_STORED_DEPTH - state::STORED_LEVELS_ABOVE_MESSAGE + REQUEST_LEVELS_ABOVE_MESSAGE;
+
+/// A request nesting deeper than [`MAX_REQUEST_DEPTH`] is refused before it is
+/// parsed, whatever its method, so nothing of it is stored: `-32602` naming the
+/// limit (a document too deep for serde_json would otherwise be a parse error,
+/// and one a little less deep a task no read could ever return).
+fn refuse_deeper_than_stored(raw: &[u8]) -> Option<Response> {
+    let depth = json_depth::depth(raw);
+    // Text that is not JSON at all gets the parser's own error instead.
+    if depth <= MAX_REQUEST_DEPTH || serde_json::from_slice::<IgnoredAny>(raw).is_err() {
+        return None;
+    }
+    let error = A2aError::InvalidParams(format!(
+        "the request nests {depth} levels deep; this node accepts at most {MAX_REQUEST_DEPTH} \
+         (a data part's value at most {}), the deepest a stored task can be read back",
+        MAX_REQUEST_DEPTH - REQUEST_LEVELS_ABOVE_PART_DATA
+    ));
+    Some(reply_error(&envelope_id(raw), error))
+}
+
+/// The `id` of a request too deep to parse whole, read without entering the
+/// rest (serde_json skips what it ignores without a depth limit); null when it
+/// is not a valid id.
+fn envelope_id(raw: &[u8]) -> Value {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(default)]
+        id: Value,
+    }
+    let is_object = raw.trim_ascii_start().first() == Some(&b'{');
+    match serde_json::from_slice::<Envelope>(raw) {
+        Ok(Envelope { id }) if is_object && valid_id(&id) => id,
+        _ => Value::Null,
+    }
+}
+
+/// A JSON-RPC id: a string, an integer, or null.
+fn valid_id(id: &Value) -> bool {
+    match id {
+        Value::Null | Value::String(_) => true,
+        Value::Number(number) => number.is_i64() || number.is_u64(),
+        _ => false,
+    }
+}
 
 fn reply_error(id: &Value, error: A2aError) -> Response {
     axum::Json(error.response(id)).into_response()
@@ -294,44 +359,10 @@ impl Request {
                 "pageSize must be between 1 and {MAX_PAGE_SIZE}"
             )));
         }
-        // Newest first; the page token is the id of the last task of the previous page.
-        let mut ids = self.shared.context_tasks(&request.context_id).await?;
-        ids.reverse();
-        let mut tasks = Vec::with_capacity(ids.len());
-        for id in &ids {
-            if let Some(task) = self.shared.load(id).await?
-                && request.status.is_none_or(|state| state == task.status.state)
-            {
-                tasks.push(task);
-            }
-        }
-        let total = tasks.len();
-        let start = if request.page_token.is_empty() {
-            0
-        } else {
-            tasks
-                .iter()
-                .position(|task| task.id == request.page_token)
-                .map(|index| index + 1)
-                .ok_or_else(|| A2aError::InvalidParams("pageToken is not one this node gave".into()))?
-        };
-        let end = (start + page_size as usize).min(total);
-        let artifacts = request.include_artifacts.unwrap_or(false);
-        let page: Vec<Task> = tasks[start..end]
-            .iter()
-            .map(|task| task.view(request.history_length, artifacts))
-            .collect();
-        let next_page_token = if end < total {
-            page.last().map(|task| task.id.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(Answer::Result(serde_json::to_value(ListTasksResponse {
-            tasks: page,
-            next_page_token,
-            page_size,
-            total_size: total as u32,
-        })?))
+        // Newest first, cut by `pageSize` and `a2a.max_list_bytes`; the page
+        // token is the id of the last task of the previous page.
+        let page = self.shared.list_page(&request, page_size).await?;
+        Ok(Answer::Result(serde_json::to_value(page)?))
     }
 
     async fn cancel_task(self, params: Value) -> Result<Answer, A2aError> {
@@ -402,7 +433,7 @@ impl Request {
             return self.resume(&task_id, message).await;
         }
         let shared = &self.shared;
-        let slot = shared.reserve(self.client)?;
+        let slot = shared.reserve(self.client).await?;
         let context_id = message.context_id.clone().unwrap_or_else(wire::new_id);
         let task_id = wire::new_id();
         message.context_id = Some(context_id.clone());
@@ -419,8 +450,16 @@ impl Request {
             history: vec![message.clone()],
             metadata: None,
         };
-        shared.add_to_context(&context_id, &task_id).await?;
-        shared.save(&task).await?;
+        // Charged first: a client past its stored-task bounds leaves nothing stored.
+        let charge = shared.admit_stored(self.client, &task).await?;
+        let stored = match shared.add_to_context(&context_id, &task_id).await {
+            Ok(()) => shared.save_new(&task, &charge).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = stored {
+            shared.refund_stored(&charge).await;
+            return Err(error);
+        }
         run::append(
             shared,
             &context_id,
@@ -429,7 +468,7 @@ impl Request {
         )
         .await?;
         shared.node.store.commit().await?;
-        let live = shared.insert_live(task);
+        let live = shared.insert_live(task, charge);
         let (snapshot, events) = live.watch();
         tokio::spawn(run::run(shared.clone(), live, slot));
         Ok(Progress::Here(Box::new(snapshot), events))
@@ -478,11 +517,20 @@ impl Request {
                     )));
                 };
                 run::decision_of(&approval_id, decided.as_ref())?;
+                if !fleet::first_answer(&self.shared, task_id, &approval_id).await? {
+                    return Err(A2aError::InvalidParams(format!(
+                        "approval {approval_id} of task {task_id} was answered already; wait for the task"
+                    )));
+                }
                 let forwarded = fleet::Forwarded::Decide {
                     task_id: task_id.to_string(),
-                    message,
+                    message: fleet::decision_only(&message),
                 };
-                fleet::forward(&self.shared, &forwarded).await?;
+                if let Err(error) = fleet::forward(&self.shared, &forwarded).await {
+                    // Not sent: the client may answer again.
+                    fleet::forget_answer(&self.shared, task_id, &approval_id).await;
+                    return Err(error);
+                }
                 Progress::Elsewhere {
                     task_id: task_id.to_string(),
                     since: task.status.timestamp.clone(),

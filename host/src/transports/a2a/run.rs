@@ -18,6 +18,7 @@
 //! answer before the task reads completed, so "what did I say first?" in a
 //! later task of the context sees both.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,7 +63,7 @@ pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot) {
     let outcome = tokio::select! {
         biased;
         () = live.cancelled() => Outcome::Canceled,
-        outcome = answer(&shared, &live, &task) => outcome,
+        outcome = answer(&shared, &live, &task, slot.client()) => outcome,
     };
     let ended = match outcome {
         Outcome::Answered(text) => status(
@@ -95,14 +96,19 @@ enum Outcome {
     Canceled,
 }
 
-async fn answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Outcome {
-    match try_answer(shared, live, task).await {
+async fn answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task, client: IpAddr) -> Outcome {
+    match try_answer(shared, live, task, client).await {
         Ok(text) => Outcome::Answered(text),
         Err(error) => Outcome::Failed(error),
     }
 }
 
-async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Result<String, A2aError> {
+async fn try_answer(
+    shared: &Shared,
+    live: &Arc<LiveTask>,
+    task: &Task,
+    client: IpAddr,
+) -> Result<String, A2aError> {
     let node = &shared.node;
     let Some(plugin) = agent_plugin(node) else {
         node.runtime.not_found_yet()?;
@@ -126,7 +132,8 @@ async fn try_answer(shared: &Shared, live: &Arc<LiveTask>, task: &Task) -> Resul
     let exchange = Exchange::new()
         .with_events(events)
         .with_history(context_key(&task.context_id))
-        .with_approver(approver);
+        .with_approver(approver)
+        .with_caller("a2a", client.to_string());
     let data: Vec<&Value> = message
         .parts
         .iter()

@@ -12,9 +12,24 @@
 //! during it) reads as failed, once the node can know that: on a store of its
 //! own, or when it was this very process that ran it.
 //!
-//! Bounds: running tasks in total and per client address ([`RunSlot`]), new
-//! tasks per client address per minute, tasks per context, and the task TTL
+//! Bounds: running tasks in total and per client address ([`RunSlot`], the
+//! node's shared [`crate::policy::admission`]: a client fanning out past its
+//! bound waits briefly for a place before it is refused), new tasks per client
+//! address per minute, tasks per context, and the task TTL
 //! for what is stored. A client address is the listener's (IPv6 by /64).
+//! Stored tasks are bounded per client address in count and bytes, and in
+//! bytes for the whole node ([`crate::policy::quota`], whose records live in
+//! the store, so the bounds hold across restarts and on a fleet): a client
+//! opening a fresh context per request escapes the per-context cap, not these.
+//! A task's bytes are its stored JSON, charged when it is created and again by
+//! what it grows (its answer), rather than a worst case fixed at creation: an
+//! answer may be up to 1 MiB (twice: artifact and final status), so charging
+//! that up front would leave an honest client a few dozen tasks. Each task
+//! carries its [`Charge`] in its record, so a save after a restart (an
+//! orphan read as failed) still charges the right record.
+//! A `ListTasks` page ([`A2a::list_page`]) reads the context's tasks one at a
+//! time and stops at its byte budget, so a context of large tasks is never
+//! held whole.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -24,14 +39,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use governor::{DefaultKeyedRateLimiter, Quota};
 use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 
 use super::error::A2aError;
 use super::wire::{
-    Message, Part, StreamResponse, Task, TaskState, TaskStatus, TaskStatusUpdateEvent, timestamp_now,
+    ListTasksRequest, ListTasksResponse, Message, Part, StreamResponse, Task, TaskState, TaskStatus,
+    TaskStatusUpdateEvent, timestamp_now,
 };
 use crate::node::state::NodeState;
+use crate::policy::admission::{Admission, Bounds, Slot};
+use crate::policy::quota::{Charge, QuotaBounds, QuotaError, StoredQuota};
 use crate::runtime::ApprovalOutcome;
 use crate::store::{Collection, now_ms};
 
@@ -47,20 +66,102 @@ pub struct A2a {
     /// This process, in stored tasks: tells "ran here and ended" from "runs elsewhere".
     run_id: String,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
-    running: Arc<Semaphore>,
-    running_per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    running: Admission<IpAddr>,
     /// `a2a.new_tasks_per_ip_per_minute`, one bucket per client address.
     new_tasks: DefaultKeyedRateLimiter<IpAddr>,
+    /// Stored tasks per client address and in total (`a2a.max_stored_task*`).
+    stored: StoredQuota,
+    /// The charges of the tasks running here, by task id, for their saves.
+    charges: Mutex<HashMap<String, Charge>>,
 }
 
 /// Client buckets kept before idle (full) ones are dropped.
 const MAX_RATE_BUCKETS: usize = 10_000;
+
+/// The levels a stored task wraps around each of its messages (the record, the
+/// task, and its `history` or `status`; an artifact's parts sit as deep as a
+/// message's): a message may nest the store's read depth less these.
+pub const STORED_LEVELS_ABOVE_MESSAGE: usize = 3;
 
 /// A stored task and the process that ran it.
 #[derive(Serialize, Deserialize)]
 struct StoredTask {
     task: Task,
     runner: String,
+    /// What the task was charged to its client (none in tasks older than the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    charge: Option<Charge>,
+}
+
+/// A stored task read for its state alone: serde skips the rest unparsed.
+#[derive(Deserialize)]
+struct StoredState {
+    task: TaskHead,
+    runner: String,
+}
+
+#[derive(Deserialize)]
+struct TaskHead {
+    status: StatusHead,
+}
+
+#[derive(Deserialize)]
+struct StatusHead {
+    state: TaskState,
+}
+
+/// A `ListTasks` page being filled: at most `max_tasks`, and past its first
+/// task at most `max_bytes` of tasks as written.
+struct Page {
+    tasks: Vec<Task>,
+    bytes: usize,
+    max_tasks: usize,
+    max_bytes: usize,
+}
+
+impl Page {
+    fn new(max_tasks: usize, max_bytes: usize) -> Page {
+        Page {
+            tasks: Vec::new(),
+            bytes: 0,
+            max_tasks,
+            max_bytes,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.tasks.len() >= self.max_tasks
+    }
+
+    /// Take `task` if it fits; a first task always does, so every page moves
+    /// its reader on (the message limits bound that one task).
+    fn take(&mut self, task: Task) -> bool {
+        let size = written_len(&task);
+        if !self.tasks.is_empty() && self.bytes.saturating_add(size) > self.max_bytes {
+            return false;
+        }
+        self.bytes = self.bytes.saturating_add(size);
+        self.tasks.push(task);
+        true
+    }
+}
+
+/// The bytes `task` takes as JSON, counted as serde writes them, never held.
+fn written_len(task: &Task) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Neither a counter nor a task's serialisation can fail.
+    let _ = serde_json::to_writer(&mut counter, task);
+    counter.0
 }
 
 /// A context's tasks, oldest first.
@@ -76,16 +177,36 @@ pub fn context_key(context_id: &str) -> String {
 
 impl A2a {
     pub fn new(node: NodeState) -> Shared {
-        let running = Arc::new(Semaphore::new(node.config.a2a.max_running_tasks));
+        let running = Admission::new(Bounds {
+            total: node.config.a2a.max_running_tasks,
+            total_key: "a2a.max_running_tasks",
+            per_client: node.config.a2a.max_running_tasks_per_ip,
+            per_client_key: "a2a.max_running_tasks_per_ip",
+            wait: std::time::Duration::from_millis(node.config.http.admission_wait_ms),
+        });
         let per_minute =
             NonZeroU32::new(node.config.a2a.new_tasks_per_ip_per_minute).unwrap_or(NonZeroU32::MIN);
+        let stored = StoredQuota::new(
+            node.store.clone(),
+            "a2a_tasks",
+            QuotaBounds {
+                per_client_items: node.config.a2a.max_stored_tasks_per_client,
+                per_client_items_key: "a2a.max_stored_tasks_per_client",
+                per_client_bytes: node.config.a2a.max_stored_task_bytes_per_client,
+                per_client_bytes_key: "a2a.max_stored_task_bytes_per_client",
+                total_bytes: node.config.a2a.max_stored_task_bytes,
+                total_bytes_key: "a2a.max_stored_task_bytes",
+            },
+            std::time::Duration::from_secs(node.config.a2a.task_ttl_secs),
+        );
         Arc::new(A2a {
             node,
             run_id: uuid::Uuid::new_v4().to_string(),
             live: Mutex::new(HashMap::new()),
             running,
-            running_per_ip: Arc::new(Mutex::new(HashMap::new())),
             new_tasks: DefaultKeyedRateLimiter::keyed(Quota::per_minute(per_minute)),
+            stored,
+            charges: Mutex::new(HashMap::new()),
         })
     }
 
@@ -93,8 +214,9 @@ impl A2a {
         Some(now_ms().saturating_add(self.node.config.a2a.task_ttl_secs.saturating_mul(1000)))
     }
 
-    /// A place for one more running task, or `Busy` naming the bound.
-    pub fn reserve(&self, client: IpAddr) -> Result<RunSlot, A2aError> {
+    /// A place for one more running task, waited for within
+    /// `http.admission_wait_ms`, or `Busy` naming the bound.
+    pub async fn reserve(&self, client: IpAddr) -> Result<RunSlot, A2aError> {
         let config = &self.node.config.a2a;
         let client = crate::listener::caps::client_key(client);
         if self.new_tasks.len() > MAX_RATE_BUCKETS {
@@ -106,45 +228,85 @@ impl A2a {
                 config.new_tasks_per_ip_per_minute
             )));
         }
-        let mut per_ip = self.running_per_ip.lock();
-        let mine = per_ip.get(&client).copied().unwrap_or(0);
-        if mine >= config.max_running_tasks_per_ip {
-            return Err(A2aError::Busy(format!(
-                "this client already has {mine} running tasks (a2a.max_running_tasks_per_ip); wait for one to finish"
-            )));
-        }
-        let permit = self.running.clone().try_acquire_owned().map_err(|_| {
-            A2aError::Busy(format!(
-                "the node is running {} tasks, its limit (a2a.max_running_tasks); try again shortly",
-                config.max_running_tasks
-            ))
-        })?;
-        per_ip.insert(client, mine + 1);
-        Ok(RunSlot {
-            _permit: permit,
-            client,
-            per_ip: self.running_per_ip.clone(),
-        })
+        let slot = self
+            .running
+            .admit(&client)
+            .await
+            .map_err(|refusal| A2aError::Busy(format!("running tasks: {refusal}")))?;
+        Ok(RunSlot { slot })
     }
 
     pub fn live(&self, task_id: &str) -> Option<Arc<LiveTask>> {
         self.live.lock().get(task_id).cloned()
     }
 
-    pub fn insert_live(&self, task: Task) -> Arc<LiveTask> {
+    /// A stored task, now running here; its saves charge its growth to `charge`.
+    pub fn insert_live(&self, task: Task, charge: Charge) -> Arc<LiveTask> {
         let live = Arc::new(LiveTask::new(task));
+        self.charges.lock().insert(live.id.clone(), charge);
         self.live.lock().insert(live.id.clone(), live.clone());
         live
     }
 
     pub fn remove_live(&self, task_id: &str) {
         self.live.lock().remove(task_id);
+        self.charges.lock().remove(task_id);
+    }
+
+    /// Charge a new task, about to be stored for `client`, to the stored-task
+    /// bounds, or refuse it as `Busy` naming the bound (then nothing is charged).
+    pub async fn admit_stored(&self, client: IpAddr, task: &Task) -> Result<Charge, A2aError> {
+        let client = crate::listener::caps::client_key(client).to_string();
+        self.stored
+            .admit(&client, written_len(task) as u64)
+            .await
+            .map_err(quota_error)
+    }
+
+    /// A task charged by [`A2a::admit_stored`] that was not stored after all.
+    pub async fn refund_stored(&self, charge: &Charge) {
+        if let Err(error) = self.stored.refund(charge).await {
+            tracing::warn!(transport = "a2a", %error, "an unstored task's charge was not taken back");
+        }
+    }
+
+    /// Store a new task with its charge (made for it as it is now).
+    pub async fn save_new(&self, task: &Task, charge: &Charge) -> Result<(), A2aError> {
+        self.put_stored(task, Some(charge.clone())).await
     }
 
     pub async fn save(&self, task: &Task) -> Result<(), A2aError> {
+        let charge = self.charges.lock().get(&task.id).cloned();
+        self.save_charged(task, charge).await
+    }
+
+    /// Store `task`, first charging what it grew by since it was last charged.
+    async fn save_charged(&self, task: &Task, charge: Option<Charge>) -> Result<(), A2aError> {
+        let charge = match charge {
+            Some(mut charge) => {
+                match self.stored.grow(&mut charge, written_len(task) as u64).await {
+                    Ok(()) => {
+                        if let Some(held) = self.charges.lock().get_mut(&task.id) {
+                            held.clone_from(&charge);
+                        }
+                    }
+                    // Failing the save would lose the task's state, not its growth's count.
+                    Err(error) => {
+                        tracing::warn!(transport = "a2a", task = %task.id, %error, "a task's growth was not charged")
+                    }
+                }
+                Some(charge)
+            }
+            None => None,
+        };
+        self.put_stored(task, charge).await
+    }
+
+    async fn put_stored(&self, task: &Task, charge: Option<Charge>) -> Result<(), A2aError> {
         let stored = StoredTask {
             task: task.clone(),
             runner: self.run_id.clone(),
+            charge,
         };
         self.node
             .store
@@ -158,20 +320,11 @@ impl A2a {
         if let Some(live) = self.live(task_id) {
             return Ok(Some(live.snapshot()));
         }
-        let Some(stored) = self
-            .node
-            .store
-            .get::<StoredTask>(Collection::A2aTasks, task_id.as_bytes())
-            .await?
-        else {
+        let Some(stored) = self.read_stored::<StoredTask>(task_id).await? else {
             return Ok(None);
         };
         let mut task = stored.task;
-        let orphaned = !task.status.state.is_terminal()
-            && (stored.runner == self.run_id || !self.node.store.is_shared())
-            // It may have ended between the two reads above.
-            && self.live(task_id).is_none();
-        if orphaned {
+        if self.orphaned(task_id, task.status.state, &stored.runner) {
             task.status = TaskStatus {
                 state: TaskState::Failed,
                 message: Some(Message::agent(
@@ -182,9 +335,103 @@ impl A2a {
                 )),
                 timestamp: timestamp_now(),
             };
-            self.save(&task).await?;
+            self.save_charged(&task, stored.charge).await?;
         }
         Ok(Some(task))
+    }
+
+    /// A task's record in the store, read as `T`: the whole task, or its state alone.
+    async fn read_stored<T: DeserializeOwned>(&self, task_id: &str) -> Result<Option<T>, A2aError> {
+        Ok(self
+            .node
+            .store
+            .get::<T>(Collection::A2aTasks, task_id.as_bytes())
+            .await?)
+    }
+
+    /// Whether a stored task in `state`, run by `runner`, lost its runner (the
+    /// node stopped during it): knowable on a store of its own, or when it was
+    /// this very process that ran it.
+    fn orphaned(&self, task_id: &str, state: TaskState, runner: &str) -> bool {
+        !state.is_terminal()
+            && (runner == self.run_id || !self.node.store.is_shared())
+            // It may have ended since the store was read.
+            && self.live(task_id).is_none()
+    }
+
+    /// A task's state as [`A2a::load`] gives it, read without its messages.
+    async fn state_of(&self, task_id: &str) -> Result<Option<TaskState>, A2aError> {
+        if let Some(live) = self.live(task_id) {
+            return Ok(Some(live.state()));
+        }
+        let Some(stored) = self.read_stored::<StoredState>(task_id).await? else {
+            return Ok(None);
+        };
+        let state = stored.task.status.state;
+        Ok(Some(if self.orphaned(task_id, state, &stored.runner) {
+            TaskState::Failed
+        } else {
+            state
+        }))
+    }
+
+    /// One `ListTasks` page of a context, newest first, after the task
+    /// `pageToken` names: at most `page_size` tasks and, past the first, at most
+    /// `a2a.max_list_bytes` of them as written. Tasks are read one at a time
+    /// (the count for `totalSize` reads their state alone), so one call holds
+    /// about a page, however large the context.
+    pub async fn list_page(
+        &self,
+        request: &ListTasksRequest,
+        page_size: u32,
+    ) -> Result<ListTasksResponse, A2aError> {
+        let mut ids = self.context_tasks(&request.context_id).await?;
+        ids.reverse();
+        // Ids after the token's keep their place when newer tasks join the context.
+        let start = match request.page_token.as_str() {
+            "" => 0,
+            token => ids
+                .iter()
+                .position(|id| id == token)
+                .map(|index| index + 1)
+                .ok_or_else(|| A2aError::InvalidParams("pageToken is not one this node gave".into()))?,
+        };
+        let wanted = |state: TaskState| request.status.is_none_or(|status| status == state);
+        let mut listed = Vec::with_capacity(ids.len());
+        for id in &ids {
+            listed.push(self.state_of(id).await?.is_some_and(wanted));
+        }
+        let total_size = listed.iter().filter(|listed| **listed).count();
+        let artifacts = request.include_artifacts.unwrap_or(false);
+        let mut page = Page::new(page_size as usize, self.node.config.a2a.max_list_bytes);
+        let mut more = false;
+        let candidates = ids.iter().zip(&listed).skip(start).filter(|(_, listed)| **listed);
+        for (id, _) in candidates {
+            if page.is_full() {
+                more = true;
+                break;
+            }
+            let Some(task) = self.load(id).await? else {
+                continue;
+            };
+            if !wanted(task.status.state) {
+                continue;
+            }
+            if !page.take(task.into_view(request.history_length, artifacts)) {
+                more = true;
+                break;
+            }
+        }
+        let next_page_token = match page.tasks.last() {
+            Some(last) if more => last.id.clone(),
+            _ => String::new(),
+        };
+        Ok(ListTasksResponse {
+            tasks: page.tasks,
+            next_page_token,
+            page_size,
+            total_size: total_size as u32,
+        })
     }
 
     /// Add a task to its context, refused when the context holds its maximum.
@@ -241,22 +488,23 @@ impl A2a {
     }
 }
 
-/// One running task's place in the bounds; released when the task stops running.
-pub struct RunSlot {
-    _permit: OwnedSemaphorePermit,
-    client: IpAddr,
-    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+/// A stored-task bound's refusal as A2A answers its other bounds (busy).
+fn quota_error(error: QuotaError) -> A2aError {
+    match error {
+        QuotaError::Store(error) => error.into(),
+        refused => A2aError::Busy(format!("stored tasks: {refused}")),
+    }
 }
 
-impl Drop for RunSlot {
-    fn drop(&mut self) {
-        let mut per_ip = self.per_ip.lock();
-        if let Some(count) = per_ip.get_mut(&self.client) {
-            *count -= 1;
-            if *count == 0 {
-                per_ip.remove(&self.client);
-            }
-        }
+/// One running task's place in the bounds; released when the task stops running.
+pub struct RunSlot {
+    slot: Slot<IpAddr>,
+}
+
+impl RunSlot {
+    /// The client address the task runs for, as the bounds count addresses.
+    pub fn client(&self) -> IpAddr {
+        *self.slot.client()
     }
 }
 
@@ -296,6 +544,10 @@ impl LiveTask {
 
     pub fn snapshot(&self) -> Task {
         self.inner.lock().task.clone()
+    }
+
+    pub fn state(&self) -> TaskState {
+        self.inner.lock().task.status.state
     }
 
     /// The task now, and every event after it.
@@ -439,4 +691,47 @@ pub fn state_name(state: TaskState) -> String {
         .ok()
         .and_then(|value| value.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::depth as json_depth;
+    use crate::transports::a2a::wire::Artifact;
+
+    fn message(data: serde_json::Value) -> Message {
+        serde_json::from_value(json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"data": data}]}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stored_task_wraps_its_messages_in_the_levels_the_door_allows_for() {
+        let deep = message(json!({"a": {"b": [1]}}));
+        let message_depth = json_depth::depth(&serde_json::to_vec(&deep).unwrap());
+        let mut task: Task = serde_json::from_value(json!({"id": "t", "contextId": "c",
+            "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "x"}}))
+        .unwrap();
+        let stored_depth = |task: &Task| {
+            let stored = StoredTask {
+                task: task.clone(),
+                runner: "r".into(),
+                charge: None,
+            };
+            json_depth::depth(&serde_json::to_vec(&stored).unwrap())
+        };
+        task.history.push(deep.clone());
+        assert_eq!(stored_depth(&task), STORED_LEVELS_ABOVE_MESSAGE + message_depth);
+        task.history.clear();
+        task.status.message = Some(deep.clone());
+        assert_eq!(stored_depth(&task), STORED_LEVELS_ABOVE_MESSAGE + message_depth);
+        task.status.message = None;
+        task.artifacts.push(Artifact {
+            artifact_id: "a".into(),
+            name: None,
+            parts: deep.parts.clone(),
+        });
+        assert_eq!(stored_depth(&task), STORED_LEVELS_ABOVE_MESSAGE + message_depth);
+    }
 }

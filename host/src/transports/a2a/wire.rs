@@ -190,7 +190,12 @@ impl Task {
     /// The task as a reader asked for it: the last `history_length` messages
     /// (all when not given), artifacts only when wanted.
     pub fn view(&self, history_length: Option<u32>, artifacts: bool) -> Task {
-        let mut view = self.clone();
+        self.clone().into_view(history_length, artifacts)
+    }
+
+    /// [`Task::view`] of a task the caller no longer needs, without a copy.
+    pub fn into_view(self, history_length: Option<u32>, artifacts: bool) -> Task {
+        let mut view = self;
         if let Some(length) = history_length {
             let keep = (length as usize).min(view.history.len());
             view.history.drain(..view.history.len() - keep);

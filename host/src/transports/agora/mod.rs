@@ -117,7 +117,7 @@ async fn handle_start(
     };
     let body = plugin_body(&request.body, route.document.as_deref());
     let Some(reservation) = reservation else {
-        let reply = run(state, &route.plugin, route.key, None, body).await?;
+        let reply = run(state, peer, &route.plugin, route.key, None, body).await?;
         return Ok(success(&reply, None));
     };
     let record = create_conversation(
@@ -129,7 +129,7 @@ async fn handle_start(
     )
     .await?;
     let id = reservation.id.clone();
-    let reply = match run(state, &route.plugin, route.key, Some(&id), body).await {
+    let reply = match run(state, peer, &route.plugin, route.key, Some(&id), body).await {
         Ok(reply) => reply,
         Err(error) => {
             // Nobody learns the id of a conversation whose first round failed.
@@ -270,12 +270,13 @@ async fn fetch_source(state: &NodeState, url: &str) -> Result<Option<String>, Ag
 /// `POST {base}/conversations/{id}`: a follow-up in a conversation (§7.2).
 async fn follow_up(
     State(state): State<Agora>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
     let dialect = state.node.config.agora.reference_dialect;
-    match handle_follow_up(&state.node, &id, &headers, raw).await {
+    match handle_follow_up(&state.node, peer, &id, &headers, raw).await {
         Ok(reply) => reply,
         Err(error) => error.into_response(dialect),
     }
@@ -283,6 +284,7 @@ async fn follow_up(
 
 async fn handle_follow_up(
     state: &NodeState,
+    peer: SocketAddr,
     id: &str,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
@@ -306,7 +308,7 @@ async fn handle_follow_up(
         .ok_or(AgoraError::UnsupportedProtocol)?;
     let route = conversation.protocol_hash.clone().unwrap_or_default();
     let body = plugin_body(&request.body, conversation.document.as_deref());
-    let reply = run(state, &plugin, route, Some(id), body).await?;
+    let reply = run(state, peer, &plugin, route, Some(id), body).await?;
     append(state, id, "user", &request.body).await?;
     append(state, id, "agent", &reply).await?;
     state.store.commit().await?;
@@ -356,6 +358,7 @@ async fn wellknown(State(state): State<Agora>) -> Response {
 
 async fn run(
     state: &NodeState,
+    peer: SocketAddr,
     plugin: &Arc<LoadedPlugin>,
     route: String,
     conversation: Option<&str>,
@@ -369,7 +372,8 @@ async fn run(
         conversation: conversation.map(str::to_string),
         body,
     };
-    let mut exchange = Exchange::new();
+    let client = crate::listener::caps::client_key(peer.ip());
+    let mut exchange = Exchange::new().with_caller("agora", client.to_string());
     if let Some(id) = conversation {
         // The history id is the conversation id, so the store's sweeper drops
         // both together.

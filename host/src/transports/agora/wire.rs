@@ -30,7 +30,7 @@ pub(super) fn parse_request(
 ) -> Result<AgoraRequest, AgoraError> {
     // A refused body is answered first: nothing else about the request matters.
     let raw = raw.map_err(|r| AgoraError::from_rejection(r, state.config.http.max_body_bytes))?;
-    if !crate::transports::is_json_content_type(headers) {
+    if !crate::policy::is_json_content_type(headers) {
         return Err(AgoraError::UnsupportedMediaType);
     }
     let value: Value =

@@ -157,7 +157,13 @@ impl EventStream {
         }
         let tls = crate::peers::tls::shared().map_err(|e| ConnectError::Other(e.to_string()))?;
         let connector = tokio_tungstenite::Connector::Rustls(tls.tls.clone());
-        let connect = tokio_tungstenite::connect_async_tls_with_config(request, None, false, Some(connector));
+        // Dialled through the node's checked resolver, as every outbound HTTP call is.
+        let connect = async {
+            let socket = crate::peers::http_client::connect_tcp(request.uri())
+                .await
+                .map_err(|e| tokio_tungstenite::tungstenite::Error::Io(std::io::Error::other(e)))?;
+            tokio_tungstenite::client_async_tls_with_config(request, socket, None, Some(connector)).await
+        };
         match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok((socket, _))) => Ok(socket),
             Ok(Err(error)) => Err(match crate::peers::tls::failure_reason(&error) {

@@ -41,7 +41,7 @@ pub(super) fn bearer(headers: &HeaderMap) -> Result<&str, ArenaError> {
 }
 
 pub(super) fn parse_task(headers: &HeaderMap, raw: &[u8]) -> Result<Task, ArenaError> {
-    if !crate::transports::is_json_content_type(headers) {
+    if !crate::policy::is_json_content_type(headers) {
         return Err(ArenaError::UnsupportedMediaType);
     }
     let body: Value =

@@ -193,7 +193,7 @@ async fn http_envelope(
             }
             Err(rejection) => service
                 .refuse(EnvelopesError::BadRequest(format!("cannot read the envelope: {rejection}")).into()),
-            Ok(_) if !crate::transports::is_json_content_type(&headers) => service
+            Ok(_) if !crate::policy::is_json_content_type(&headers) => service
                 .refuse(EnvelopesError::BadRequest("Content-Type must be application/json".into()).into()),
             Ok(raw) => {
                 // Its own task: a client hanging up must not cancel an ACCEPT between

@@ -1,13 +1,18 @@
-//! Who may use the HAI endpoints, checked before anything else runs:
+//! Who may use the HAI endpoints, checked after the node's browser policy
+//! ([`crate::policy::browser`]: `Host` and `Origin`) and before anything else runs:
 //!
-//! - the `Origin` of a browser request: a page on another site must not drive a
-//!   human's node (open `/ws`, ask for a risky tool and approve it itself). The
-//!   node's own origin and `hai.allowed_origins` are allowed; a request without
-//!   `Origin` is not a browser's and is allowed.
 //! - the optional operator token `hai.auth_token`.
 //! - session secrets: the node issues one when a session is created; resuming the
 //!   session from another connection, approving its tools there and reading its
 //!   history need it. Only its SHA-256 is kept.
+//! - bearer session ids: the spec's clients never learn that secret; they keep
+//!   their `session_id`, a `crypto.randomUUID()`, and resume with it after a
+//!   reload. A canonical UUIDv4 carries 122 random bits, as many as a guesser
+//!   would have to find, so such an id is itself its session's secret and opens
+//!   it alone. Any other id (short, another UUID version, another spelling)
+//!   could be guessed and still needs the secret. Ids are client-made: one who
+//!   makes a UUIDv4 by hand rather than at random weakens only their own session.
+//!   Since an id may be a credential, the log names a session by [`session_tag`].
 //! - the client address limits are counted by: an IPv4 address, or an IPv6 /64
 //!   (one subscriber's usual allocation, so rotating addresses inside it gains nothing).
 //!
@@ -17,8 +22,6 @@ use axum::http::{HeaderMap, header};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use crate::config::{normalise_origin, strip_default_port};
 
 use super::HaiError;
 
@@ -43,6 +46,32 @@ pub fn new_secret() -> (String, SecretHash) {
 
 pub fn hash_secret(secret: &str) -> SecretHash {
     Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Whether `id` is a canonical UUIDv4 string: `8-4-4-4-12` hex digits (lowercase
+/// or uppercase), version nibble `4`, variant `10xx`. Nothing else counts, not
+/// even the same 128 bits spelt otherwise (no hyphens, braces, `urn:uuid:`).
+pub fn is_bearer_session_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(at, byte)| match at {
+            8 | 13 | 18 | 23 => *byte == b'-',
+            _ => byte.is_ascii_hexdigit(),
+        })
+        && bytes[14] == b'4'
+        && matches!(bytes[19], b'8' | b'9' | b'a' | b'b' | b'A' | b'B')
+}
+
+/// Whether a client presenting `secret` may use session `id`, whose secret
+/// hashes to `expected`: a bearer id opens its session alone.
+pub fn session_opens(id: &str, secret: Option<&str>, expected: &SecretHash) -> bool {
+    is_bearer_session_id(id) || secret_matches(secret, expected)
+}
+
+/// How the log names session `id`: the first 8 hex digits of its SHA-256, enough
+/// to follow one session through the log, never enough to resume it.
+pub fn session_tag(id: &str) -> String {
+    hex::encode(&Sha256::digest(id.as_bytes())[..4])
 }
 
 pub fn secret_matches(presented: Option<&str>, expected: &SecretHash) -> bool {
@@ -79,82 +108,14 @@ pub fn check_token(expected: &str, query: Option<&str>, headers: &HeaderMap) -> 
     }
 }
 
-/// The request's `Origin`, when it has one, must be the node's own (its `Host`)
-/// or listed in `allowed`.
-pub fn check_origin(allowed: &[String], headers: &HeaderMap) -> Result<(), HaiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let refused = || {
-        HaiError::OriginRefused(
-            String::from_utf8_lossy(origin.as_bytes())
-                .chars()
-                .take(200)
-                .collect(),
-        )
-    };
-    let origin = origin.to_str().map_err(|_| refused())?;
-    let Some(normalised) = normalise_origin(origin) else {
-        return Err(refused());
-    };
-    if allowed
-        .iter()
-        .any(|entry| normalise_origin(entry).as_deref() == Some(normalised.as_str()))
-    {
-        return Ok(());
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase);
-    let (scheme, authority) = normalised.split_once("://").ok_or_else(refused)?;
-    match host {
-        Some(host) if strip_default_port(scheme, &host) == authority => Ok(()),
-        _ => Err(refused()),
-    }
-}
-
 /// What the per-address limits count by (the listener's rule, for every limit).
 pub use crate::listener::caps::client_key;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).unwrap());
-        }
-        map
-    }
-
-    #[test]
-    fn same_origin_listed_origin_and_no_origin_pass_others_do_not() {
-        let none: Vec<String> = Vec::new();
-        let same = headers(&[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")]);
-        assert!(check_origin(&none, &same).is_ok());
-        assert!(check_origin(&none, &headers(&[("host", "127.0.0.1:8080")])).is_ok());
-        let default_port = headers(&[
-            ("host", "Chat.Example.com"),
-            ("origin", "https://chat.example.com:443"),
-        ]);
-        assert!(check_origin(&none, &default_port).is_ok());
-        let foreign = headers(&[("host", "127.0.0.1:8080"), ("origin", "http://evil.example")]);
-        assert!(matches!(
-            check_origin(&none, &foreign),
-            Err(HaiError::OriginRefused(_))
-        ));
-        let other_port = headers(&[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:9999")]);
-        assert!(check_origin(&none, &other_port).is_err());
-        let null = headers(&[("host", "127.0.0.1:8080"), ("origin", "null")]);
-        assert!(check_origin(&none, &null).is_err());
-        let listed = vec!["http://evil.example:80".to_string()];
-        assert!(check_origin(&listed, &foreign).is_ok());
-        assert!(normalise_origin("https://a.example/path").is_none());
-        assert!(normalise_origin("ftp://a.example").is_none());
-    }
+    use crate::policy::header_map as headers;
 
     #[test]
     fn token_by_query_or_bearer_and_secrets_by_hash() {
@@ -169,5 +130,51 @@ mod tests {
         assert!(!secret_matches(Some("nope"), &hash));
         assert!(!secret_matches(None, &hash));
         assert_ne!(new_secret().0, secret);
+    }
+
+    #[test]
+    fn only_a_canonical_uuid_v4_is_a_bearer_session_id() {
+        let made = uuid::Uuid::new_v4().to_string();
+        for id in [
+            made.as_str(),
+            &made.to_uppercase(),
+            "123e4567-e89b-42d3-a456-426614174000",
+            "123E4567-E89B-42D3-B456-42661417400F",
+        ] {
+            assert!(is_bearer_session_id(id), "{id}");
+        }
+        for id in [
+            "abc",
+            "test-123",
+            // Version 1 (the spec's example), variants 0xxx and 110x, nil.
+            "123e4567-e89b-12d3-a456-426614174000",
+            "123e4567-e89b-42d3-7456-426614174000",
+            "123e4567-e89b-42d3-c456-426614174000",
+            "00000000-0000-0000-0000-000000000000",
+            // The right bits spelt otherwise, or one digit short or long.
+            &uuid::Uuid::new_v4().simple().to_string(),
+            &format!("urn:uuid:{made}"),
+            &format!("{{{made}}}"),
+            &made[1..],
+            &format!("{made}0"),
+            "123e4567-e89b-42d3-a456-42661417400g",
+            "123e4567_e89b-42d3-a456-426614174000",
+        ] {
+            assert!(!is_bearer_session_id(id), "{id}");
+        }
+        let (secret, hash) = new_secret();
+        assert!(session_opens(&made, None, &hash));
+        assert!(!session_opens("abc", None, &hash));
+        assert!(session_opens("abc", Some(&secret), &hash));
+    }
+
+    #[test]
+    fn a_session_tag_is_eight_hex_digits_of_the_exact_id() {
+        let id = uuid::Uuid::new_v4().to_string();
+        let tag = session_tag(&id);
+        assert_eq!(tag.len(), 8);
+        assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(tag, session_tag(&id));
+        assert_ne!(tag, session_tag(&id.to_uppercase()));
     }
 }

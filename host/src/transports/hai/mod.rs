@@ -16,13 +16,18 @@
 //! connects, or else in its first `user_message`. It then receives every frame
 //! of that session, also those caused by other connections on it.
 //!
-//! Open-port rules ([`access`], the `hai.*` limits in `config/agora.toml`): a
-//! browser's `Origin` must be the node's own or listed; `hai.auth_token`, when
+//! Open-port rules ([`access`], the `hai.*` limits in `config/agora.toml`): the
+//! node's browser policy ([`crate::policy::browser`]) guards every route here
+//! (`Host` one of the node's names, a browser's `Origin` the node's own or in
+//! `hai.allowed_origins`); `hai.auth_token`, when
 //! set, is required; the connection that creates a session gets its secret in a
 //! `{"type":"session","session_id":…,"session_secret":…}` frame (a type the spec's
 //! clients ignore), and any other connection needs that secret to use the session
 //! (`?session_secret=`, the `X-HAI-Session-Secret` header, or `session_secret` in
-//! its first `user_message`), as does the history endpoint. Sessions created per
+//! its first `user_message`), as does the history endpoint — unless the session's
+//! id is a canonical UUIDv4, as the spec's clients make it: such an id is its own
+//! bearer secret, so the spec's returning client resumes with its id alone (see
+//! [`access`]). The log names sessions by [`access::session_tag`]. Sessions created per
 //! client address, live sessions and pending approvals are capped, each refusal a
 //! `rate_limit_exceeded` frame naming its limit. What a client is told about (its
 //! message taken, an approval decided, the reply) is committed to disk first.
@@ -50,6 +55,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::node::state::NodeState;
+use crate::policy::browser::{self, BrowserRefusal, Endpoint};
 use crate::runtime::{FailureKind, InvokeError};
 use crate::store::{Collection, StoreError, now_ms};
 use session::{Attached, Hub, Limits, Opened, Origin, Session, Stored};
@@ -94,7 +100,14 @@ pub fn router(state: NodeState) -> Router {
         node: state,
         page: Arc::from(page),
     };
-    Router::new()
+    let browser = Endpoint {
+        allowed_origins: shared.node.config.hai.allowed_origins.clone(),
+        origins_key: "hai.allowed_origins",
+        json_rpc: false,
+        refuse: |refusal| HaiError::from(refusal).to_http(),
+    };
+    let policy = shared.node.browser.clone();
+    let router = Router::new()
         .route(&path, get(upgrade))
         .route(&format!("{path}/sessions/{{id}}/history"), get(history))
         .route("/", get(client_page))
@@ -104,7 +117,8 @@ pub fn router(state: NodeState) -> Router {
         .route("/hai-cards.js", get(|| javascript(CLIENT_CARDS)))
         .route("/vendor/marked.esm.js", get(|| javascript(VENDOR_MARKED)))
         .route("/vendor/purify.min.js", get(|| javascript(VENDOR_PURIFY)))
-        .with_state(shared)
+        .with_state(shared);
+    browser::guard(router, policy, browser)
 }
 
 /// Every way a client request fails, each with its §8 `error_code`.
@@ -128,8 +142,9 @@ pub enum HaiError {
     },
     #[error("Too many tool approvals are waiting for a human ({limit} = {value}); answer those first")]
     TooManyApprovals { limit: &'static str, value: usize },
-    #[error("Origin {0:?} may not use this node's chat; add it to hai.allowed_origins")]
-    OriginRefused(String),
+    /// The browser policy refused the request (`Host` or `Origin`).
+    #[error(transparent)]
+    Browser(#[from] BrowserRefusal),
     #[error("This node's chat needs its operator token (?token= or Authorization: Bearer)")]
     Unauthorized,
     #[error("Too many messages: at most {per_minute} per minute in a session")]
@@ -201,7 +216,7 @@ impl HaiError {
             | HaiError::Busy
             | HaiError::TooManySessions { .. }
             | HaiError::TooManyApprovals { .. } => "rate_limit_exceeded",
-            HaiError::OriginRefused(_) => "origin_refused",
+            HaiError::Browser(_) => "origin_refused",
             HaiError::Unauthorized => "unauthorized",
             HaiError::Moderation { .. } => "moderation_violation",
             HaiError::UnknownApproval(_) => "unknown_approval",
@@ -249,7 +264,8 @@ impl HaiError {
         let status = match self {
             HaiError::InvalidSession(_) | HaiError::InvalidMessage(_) => StatusCode::BAD_REQUEST,
             HaiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            HaiError::OriginRefused(_) | HaiError::SessionSecret => StatusCode::FORBIDDEN,
+            HaiError::Browser(refusal) => refusal.status(),
+            HaiError::SessionSecret => StatusCode::FORBIDDEN,
             HaiError::TooManySessions { .. } | HaiError::RateLimited { .. } | HaiError::Busy => {
                 StatusCode::TOO_MANY_REQUESTS
             }
@@ -373,7 +389,8 @@ impl Shared {
     }
 
     /// The history endpoint's checks: the operator token, then the session's secret
-    /// (its live copy, else its record). An unknown session has nothing to show.
+    /// (its live copy, else its record) unless the id is a bearer id. An unknown
+    /// session has nothing to show.
     async fn authorize_history(
         &self,
         id: &str,
@@ -381,7 +398,6 @@ impl Shared {
         headers: &HeaderMap,
     ) -> Result<(), HaiError> {
         let config = &self.node.config.hai;
-        access::check_origin(&config.allowed_origins, headers)?;
         access::check_token(
             &config.auth_token,
             query.get(access::TOKEN_PARAM).map(String::as_str),
@@ -398,7 +414,7 @@ impl Shared {
             },
         };
         match expected {
-            Some(hash) if !access::secret_matches(presented, &hash) => Err(HaiError::SessionSecret),
+            Some(hash) if !access::session_opens(id, presented, &hash) => Err(HaiError::SessionSecret),
             _ => Ok(()),
         }
     }
@@ -533,14 +549,12 @@ async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Response {
     let config = &shared.node.config.hai;
-    // Before the upgrade: a refused page or a missing token never gets a socket.
-    let checked = access::check_origin(&config.allowed_origins, &headers).and_then(|()| {
-        access::check_token(
-            &config.auth_token,
-            query.get(access::TOKEN_PARAM).map(String::as_str),
-            &headers,
-        )
-    });
+    // Before the upgrade (the browser policy has run): a missing token never gets a socket.
+    let checked = access::check_token(
+        &config.auth_token,
+        query.get(access::TOKEN_PARAM).map(String::as_str),
+        &headers,
+    );
     if let Err(error) = checked {
         error.log("upgrade");
         return error.to_http();
@@ -598,10 +612,11 @@ impl Connection {
     async fn bind(&mut self, session_id: &str, secret: Option<&str>) -> Result<Arc<Session>, HaiError> {
         if let Some(session) = &self.session {
             if session.id != session_id {
-                return Err(HaiError::InvalidSession(format!(
-                    "this connection belongs to session {:?}; open another connection for another session",
-                    session.id
-                )));
+                // Not naming it: the message is also logged, and an id may be a bearer secret.
+                return Err(HaiError::InvalidSession(
+                    "this connection belongs to another session; open another connection for another session"
+                        .into(),
+                ));
             }
             return Ok(Arc::clone(session));
         }
@@ -675,8 +690,9 @@ impl Connection {
     }
 
     /// Only a connection bound to the session (its creator, or one that showed the
-    /// secret) can answer its approvals, on whichever node it is connected. The
-    /// answer that takes the approval's record decides it; any other (a second
+    /// secret or the session's bearer id) can answer its approvals, on whichever
+    /// node it is connected. The answer that takes the approval's record decides
+    /// it; any other (a second
     /// answer, one racing it on another node, one after the tool's deadline) is
     /// told it is unknown. The decision is on disk before the tool may run, since
     /// the frames that follow tell every client it was taken.

@@ -7,7 +7,8 @@
 //! is only the in-memory meeting point, dropped a while after its last user.
 //!
 //! The [`Hub`] is also where an open port is bounded: a session opens only with
-//! its secret (or is created, within the creation rate of the client address);
+//! its secret or by a bearer id ([`access::is_bearer_session_id`]), or is
+//! created, within the creation rate of the client address;
 //! live sessions are capped per address and in total, an address over its cap
 //! making room only among its own idle sessions, so churn from one address cannot
 //! push out another's; and pending approvals are capped per connection, per
@@ -180,8 +181,9 @@ impl Hub {
     }
 
     /// Open session `id` for a connection from `ip` presenting `secret`: a live or
-    /// stored session needs its secret; an unknown id becomes a new session (within
-    /// the creation rate and live caps) whose secret is returned once.
+    /// stored session needs its secret unless `id` is a bearer id (a stored record
+    /// without a secret opens for nobody); an unknown id becomes a new session
+    /// (within the creation rate and live caps) whose secret is returned once.
     pub fn open(
         &self,
         id: &str,
@@ -202,7 +204,7 @@ impl Hub {
         }
         let (hash, issued) = match stored {
             Stored::Known(Some(hash)) => {
-                if !access::secret_matches(secret, &hash) {
+                if !access::session_opens(id, secret, &hash) {
                     return Err(HaiError::SessionSecret);
                 }
                 (hash, None)
@@ -231,7 +233,7 @@ impl Hub {
     }
 
     fn admit_existing(&self, session: Arc<Session>, secret: Option<&str>) -> Result<Opened, HaiError> {
-        if !access::secret_matches(secret, &session.secret) {
+        if !access::session_opens(&session.id, secret, &session.secret) {
             return Err(HaiError::SessionSecret);
         }
         session.touch();
@@ -657,7 +659,7 @@ impl SessionApprover {
             // The tool path's own timeout still bounds this wait.
             Ok(None) => decision.await.unwrap_or(ApprovalOutcome::TimedOut),
             Err(error) => {
-                tracing::warn!(transport = "hai", session = %self.session.id, %error, "hai: an approval's deadline could not claim it; it times out here");
+                tracing::warn!(transport = "hai", session = %access::session_tag(&self.session.id), %error, "hai: an approval's deadline could not claim it; it times out here");
                 ApprovalOutcome::TimedOut
             }
         }
@@ -804,6 +806,25 @@ mod tests {
         ));
         let legacy = hub.open("legacy", None, ip("10.0.0.9"), || Ok(Stored::Known(None)));
         assert!(matches!(legacy, Err(HaiError::SessionSecret)));
+    }
+
+    #[tokio::test]
+    async fn a_bearer_id_opens_its_session_alone_live_or_stored() {
+        let hub = Hub::new(limits(), None);
+        let live = uuid::Uuid::new_v4().to_string();
+        let (_held, _) = create(&hub, &live, "10.0.0.1").unwrap();
+        let opened = hub.open(&live, None, ip("10.0.0.9"), || Ok(Stored::Unknown));
+        assert!(matches!(opened, Ok(Opened::Existing(_))));
+        // From the store, it keeps the stored secret's hash (a fleet's claim on the id).
+        let stored = uuid::Uuid::new_v4().to_string();
+        let (_, hash) = access::new_secret();
+        match hub.open(&stored, None, ip("10.0.0.9"), || Ok(Stored::Known(Some(hash)))) {
+            Ok(Opened::Existing(session)) => assert_eq!(session.secret, hash),
+            _ => panic!("{stored} did not open by its id"),
+        }
+        let legacy = uuid::Uuid::new_v4().to_string();
+        let opened = hub.open(&legacy, None, ip("10.0.0.9"), || Ok(Stored::Known(None)));
+        assert!(matches!(opened, Err(HaiError::SessionSecret)));
     }
 
     #[tokio::test]

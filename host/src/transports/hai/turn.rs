@@ -92,6 +92,7 @@ async fn answer(
     };
     let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
     let host_calls = HostCalls::default();
+    let owner = origin.ip;
     let approver = Arc::new(SessionApprover {
         hub: shared.hub.clone(),
         session: session.clone(),
@@ -104,7 +105,8 @@ async fn answer(
     let exchange = Exchange::new()
         .with_events(events)
         .with_history(history_id(&session.id))
-        .with_approver(approver);
+        .with_approver(approver)
+        .with_caller("hai", owner.to_string());
     let call = Call {
         transport: TransportKind::Hai,
         phase: Phase::Handle,
@@ -215,7 +217,7 @@ impl Turn<'_> {
             Ok(Some(previous)) if self.streaming => self.publish_chunk(previous, false),
             Ok(_) => {}
             Err(OverLimit) => {
-                tracing::warn!(session = %self.session.id, "hai: reply over {MAX_REPLY_BYTES} bytes; the rest is dropped")
+                tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: reply over {MAX_REPLY_BYTES} bytes; the rest is dropped")
             }
         }
     }
@@ -248,7 +250,7 @@ impl Turn<'_> {
             .get(&call_id)
             .is_some_and(|mark| mark.approval_id.as_deref() == Some(approval_id));
         if !asked || !self.session.is_pending(approval_id) || self.calls.contains_key(&call_id) {
-            tracing::warn!(session = %self.session.id, "hai: an approval request not from the host was dropped");
+            tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: an approval request not from the host was dropped");
             return;
         }
         let tool_name = data["tool_name"].as_str().unwrap_or_default().to_string();
@@ -290,7 +292,7 @@ impl Turn<'_> {
         // The host's tool path writes these events; anything that does not read as
         // one (a plugin's forgery with a wrong shape) is dropped like any other forgery.
         let Ok(event) = ToolLifecycle::deserialize(data) else {
-            tracing::warn!(session = %self.session.id, "hai: a malformed tool_call event was dropped");
+            tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: a malformed tool_call event was dropped");
             return;
         };
         let status = match &event.stage {
@@ -301,7 +303,7 @@ impl Turn<'_> {
         let refusal = match self.host_event(&event, status) {
             Some(refusal) => refusal,
             None => {
-                tracing::warn!(session = %self.session.id, tool = %truncate_chars(&event.tool_name, 64), "hai: a tool_call event not from the host's tool path was dropped");
+                tracing::warn!(session = %super::access::session_tag(&self.session.id), tool = %truncate_chars(&event.tool_name, 64), "hai: a tool_call event not from the host's tool path was dropped");
                 return;
             }
         };
@@ -461,7 +463,7 @@ impl Turn<'_> {
     /// History of tool results and approvals is best effort: a full history must not abort the answer.
     async fn record(&self, role: &str, body: Value) {
         if let Err(error) = self.shared.append(&self.session.id, role, body).await {
-            tracing::warn!(session = %self.session.id, %error, "hai: history not recorded");
+            tracing::warn!(session = %super::access::session_tag(&self.session.id), %error, "hai: history not recorded");
         }
     }
 }

@@ -10,6 +10,7 @@ use super::HaiError;
 /// §1: `content` is 1–10,000 characters.
 pub const MAX_CONTENT_CHARS: usize = 10_000;
 /// Session ids are client-made (UUIDs recommended): 1-128 characters of `A-Za-z0-9._:-`.
+/// A canonical UUIDv4 is also its session's bearer secret (see [`super::access`]).
 pub const MAX_SESSION_ID_BYTES: usize = 128;
 /// A session secret is 64 hex digits; anything much longer cannot be one.
 pub const MAX_SECRET_BYTES: usize = 256;
@@ -23,7 +24,8 @@ pub struct UserMessage {
     pub session_id: String,
     pub metadata: Map<String, Value>,
     /// Our extension: the session's secret, for a connection that resumes an
-    /// existing session by its first message (the spec's clients never send it).
+    /// existing session by its first message (the spec's clients never send it;
+    /// a session whose id is a UUIDv4 needs none).
     pub session_secret: Option<String>,
 }
 

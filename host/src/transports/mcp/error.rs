@@ -12,6 +12,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::policy::browser::BrowserRefusal;
+
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     #[error("Parse error: {0}")]
@@ -28,8 +30,9 @@ pub enum McpError {
     UnknownSession,
     #[error("Unauthorized: this node requires Authorization: Bearer <mcp.token>")]
     Unauthorized,
-    #[error("Forbidden: requests from the browser origin {0:?} are not allowed (mcp.allowed_origins)")]
-    OriginRefused(String),
+    /// Refused by the node's browser policy before the body was read.
+    #[error(transparent)]
+    Browser(#[from] BrowserRefusal),
     #[error("Payload too large: the limit is {0} bytes")]
     TooLarge(usize),
     #[error("Not Acceptable: {0}")]
@@ -53,7 +56,7 @@ impl McpError {
             McpError::InvalidRequest(_)
             | McpError::MissingSession
             | McpError::Unauthorized
-            | McpError::OriginRefused(_)
+            | McpError::Browser(_)
             | McpError::TooLarge(_)
             | McpError::NotAcceptable(_)
             | McpError::StreamOpen => -32600,
@@ -76,7 +79,7 @@ impl McpError {
             McpError::StreamOpen => StatusCode::CONFLICT,
             McpError::UnknownSession => StatusCode::NOT_FOUND,
             McpError::Unauthorized => StatusCode::UNAUTHORIZED,
-            McpError::OriginRefused(_) => StatusCode::FORBIDDEN,
+            McpError::Browser(refusal) => refusal.status(),
             McpError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             McpError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             McpError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,

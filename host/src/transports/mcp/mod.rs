@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use self::error::McpError;
-use self::state::{Mcp, McpSession, Shared};
+use self::state::{InUse, Mcp, McpSession, Shared};
 use self::wire::{Inbound, PROTOCOL_VERSION_HEADER, PROTOCOL_VERSIONS, SESSION_HEADER};
 use crate::node::state::NodeState;
 
@@ -57,9 +57,16 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub fn router(node: NodeState) -> Router {
     let path = node.config.mcp.path.clone();
     let limit = body_limit(&node);
+    let browser = crate::policy::browser::Endpoint {
+        allowed_origins: node.config.mcp.allowed_origins.clone(),
+        origins_key: "mcp.allowed_origins",
+        json_rpc: true,
+        refuse: |refusal| McpError::from(refusal).into_response(),
+    };
+    let policy = node.browser.clone();
     let shared = Mcp::new(node);
     shared.sweep_idle();
-    Router::new()
+    let router = Router::new()
         .route(
             &path,
             post(receive)
@@ -67,7 +74,8 @@ pub fn router(node: NodeState) -> Router {
                 .delete(end_session)
                 .layer(DefaultBodyLimit::max(limit)),
         )
-        .with_state(shared)
+        .with_state(shared);
+    crate::policy::browser::guard(router, policy, browser)
 }
 
 /// The MCP body limit: `mcp.max_body_bytes`, within the listener's own `http.max_body_bytes`.
@@ -100,7 +108,7 @@ async fn receive(
     };
     if let Inbound::Request { id, method, params } = &message {
         if method == "initialize" {
-            return initialize(&shared, peer, id, params);
+            return initialize(&shared, peer, id, params).await;
         }
         if method == "server/discover" {
             // The stateless era is not served; saying so sends the SDK to `initialize`.
@@ -202,11 +210,11 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Value) -> Response {
+async fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Value) -> Response {
     let requested = params.get("protocolVersion").and_then(Value::as_str);
     let version = wire::negotiate(requested);
     let elicitation = wire::accepts_form_elicitation(params);
-    let session = match shared.open(peer.ip(), version, elicitation) {
+    let session = match shared.open(peer.ip(), version, elicitation).await {
         Ok(session) => session,
         Err(error) => return error.into_response_for(id),
     };
@@ -290,8 +298,9 @@ async fn end_session(State(shared): State<Shared>, headers: HeaderMap) -> Respon
     }
 }
 
-/// The session a request names, and a revision header it may repeat.
-fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<std::sync::Arc<McpSession>, McpError> {
+/// The session a request names, held in use for the request's life, and a
+/// revision header it may repeat.
+fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<InUse, McpError> {
     let id = headers
         .get(SESSION_HEADER)
         .and_then(|value| value.to_str().ok())
@@ -309,28 +318,12 @@ fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<std::sync::Arc<Mcp
     shared.session(id)
 }
 
-/// Who may call: no web page but those of `mcp.allowed_origins` (§"Security
-/// Warning" of the transport: a page the user visits, DNS rebinding included,
-/// must not reach a local server's tools; same-origin is no defence there, as
-/// the rebound page's origin is the `Host` it asks for), and with `mcp.token`
-/// set, only a bearer of it (compared in constant time).
+/// Who may call, once the browser policy has passed the request (§"Security
+/// Warning" of the transport: the `Host` and `Origin` checks that stop a page
+/// the user visits, DNS rebinding included): with `mcp.token` set, only a
+/// bearer of it (compared in constant time).
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), McpError> {
     let config = &shared.node.config.mcp;
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = String::from_utf8_lossy(origin.as_bytes())
-            .chars()
-            .take(200)
-            .collect::<String>();
-        let listed = crate::config::normalise_origin(&origin).is_some_and(|origin| {
-            config
-                .allowed_origins
-                .iter()
-                .any(|entry| crate::config::normalise_origin(entry).as_deref() == Some(origin.as_str()))
-        });
-        if !listed {
-            return Err(McpError::OriginRefused(origin));
-        }
-    }
     if super::bearer_authorized(&config.token, headers) {
         Ok(())
     } else {

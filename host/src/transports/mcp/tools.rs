@@ -199,7 +199,7 @@ pub async fn call(
             shared.node.config.mcp.max_calls_per_session
         ));
     };
-    let mut exchange = Exchange::new();
+    let mut exchange = Exchange::new().with_caller("mcp", session.client.to_string());
     let approver = match stream {
         Some(stream) if session.elicitation => Some(Arc::new(FormApprover {
             shared: shared.clone(),

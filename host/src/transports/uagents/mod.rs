@@ -32,8 +32,10 @@
 //! - `x-uagents-connection: sync`: the HTTP body is the signed reply envelope
 //!   (sender and target swapped, same session). Otherwise the reply is a new
 //!   signed envelope POSTed to the sender's endpoint from `uagents.peers`, or
-//!   resolved through `uagents.almanac_api` (and then only to hosts in
-//!   `outbound.allowed_hosts`), with `uagents.delivery_retries` bounded retries. Its
+//!   resolved through `uagents.almanac_api` (and then to a public address, or an
+//!   internal one only as `outbound.allowed_hosts` or `outbound.allowed_private`
+//!   allow; `uagents.almanac_replies_allowed_hosts_only` keeps it to the allow-list),
+//!   with `uagents.delivery_retries` bounded retries. Its
 //!   delivery slot (`uagents.max_pending_replies`) is taken before the replay
 //!   entry is recorded: when none is free the envelope is refused (503) and may
 //!   be sent again, rather than accepted and its reply dropped.
@@ -78,7 +80,7 @@ use self::wire::{
 use crate::config::Config;
 use crate::crypto::uagents::Envelope;
 use crate::node::state::NodeState;
-use crate::peers::{almanac, http_client};
+use crate::peers::almanac;
 use crate::runtime::{Call, Exchange, InvokeError, Phase, TransportKind};
 
 /// uagents' `RESPONSE_TIME_HINT_SECONDS`, sent with a ready probe.
@@ -245,9 +247,9 @@ async fn submit(
 
 /// Deliver an asynchronous reply in the background, holding the delivery slot taken
 /// when the envelope was accepted: to the sender's endpoint in `uagents.peers`, else
-/// to the first one the Almanac gives that `outbound.allowed_hosts` allows (endpoints
-/// are what the sender registered: without that check, anyone could make the node
-/// POST to any address it can reach).
+/// to the first one the Almanac gives that [`almanac::check_reply_endpoint`] allows
+/// (endpoints are what the sender registered: without that check, anyone could make
+/// the node POST inside its own network).
 fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<OwnedSemaphorePermit>) {
     let config = state.node.config.clone();
     let configured = config.uagents.peers.get(&envelope.target).cloned();
@@ -282,7 +284,7 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<Owned
     });
 }
 
-/// The first endpoint the Almanac has for `address` that `outbound.allowed_hosts` allows.
+/// The first endpoint the Almanac has for `address` that [`almanac::check_reply_endpoint`] allows.
 pub async fn resolved_endpoint(
     almanac: &almanac::Resolver,
     address: &str,
@@ -297,7 +299,7 @@ pub async fn resolved_endpoint(
     }
     let mut refusals = Vec::new();
     for url in endpoints {
-        match http_client::check_allowed(&url, &config.outbound.allowed_hosts) {
+        match almanac::check_reply_endpoint(&url, config) {
             Ok(_) => return Ok(url),
             Err(error) => refusals.push(error.to_string()),
         }
