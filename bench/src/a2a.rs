@@ -64,7 +64,10 @@ pub async fn row11(settings: &Settings) -> Result<Row> {
             // One address stores every task of the run: the per-client quotas are
             // for many clients, not for the load driver.
             ("AGORA_A2A__MAX_STORED_TASKS_PER_CLIENT", u64::MAX.to_string()),
-            ("AGORA_A2A__MAX_STORED_TASK_BYTES_PER_CLIENT", u64::MAX.to_string()),
+            (
+                "AGORA_A2A__MAX_STORED_TASK_BYTES_PER_CLIENT",
+                u64::MAX.to_string(),
+            ),
             ("AGORA_A2A__MAX_STORED_TASK_BYTES", u64::MAX.to_string()),
         ],
     })?;
