@@ -392,7 +392,6 @@ impl AddressPolicy {
 
 static ADDRESS_POLICY: parking_lot::RwLock<Option<AddressPolicy>> = parking_lot::RwLock::new(None);
 
-/// Make `policy` the one every later connection is checked against.
 /// The policy `outbound.allowed_private` sets, or a configuration error naming the key.
 pub fn address_policy(
     outbound: &crate::config::OutboundConfig,
@@ -405,6 +404,7 @@ pub fn address_policy(
     })
 }
 
+/// Make `policy` the one every later connection is checked against.
 pub fn set_address_policy(policy: AddressPolicy) {
     *ADDRESS_POLICY.write() = Some(policy);
 }

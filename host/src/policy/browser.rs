@@ -210,17 +210,29 @@ fn listen_addresses(config: &Config) -> Vec<SocketAddr> {
 
 /// `host[:port]` → `host`, lower case; an IPv6 literal keeps its brackets.
 fn host_only(authority: &str) -> String {
-    let authority = authority.trim().to_ascii_lowercase();
+    split_authority(authority.trim()).0.to_ascii_lowercase()
+}
+
+/// `host[:port]` as its host and its port, when it has one: an IPv6 literal
+/// in brackets keeps them, and one without brackets has no port to split off.
+pub fn split_authority(authority: &str) -> (&str, Option<&str>) {
     if authority.starts_with('[') {
         return match authority.find(']') {
-            Some(end) => authority[..=end].to_string(),
-            None => authority,
+            Some(end) => {
+                let port = authority[end + 1..].strip_prefix(':');
+                (&authority[..=end], port.filter(|port| is_port(port)))
+            }
+            None => (authority, None),
         };
     }
     match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host.to_string(),
-        _ => authority,
+        Some((host, port)) if is_port(port) && !host.contains(':') => (host, Some(port)),
+        _ => (authority, None),
     }
+}
+
+fn is_port(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn bracketed(ip: IpAddr) -> String {
@@ -365,5 +377,11 @@ mod tests {
         assert_eq!(host_only("Example.org:8080"), "example.org");
         assert_eq!(host_only("[::1]:80"), "[::1]");
         assert_eq!(host_only("example.org"), "example.org");
+        assert_eq!(
+            split_authority("agent.example.org:443"),
+            ("agent.example.org", Some("443"))
+        );
+        assert_eq!(split_authority("[::1]"), ("[::1]", None));
+        assert_eq!(split_authority("[::1]:8080"), ("[::1]", Some("8080")));
     }
 }

@@ -90,13 +90,8 @@ fn endpoint_of(config: &crate::config::Config) -> String {
     } else {
         &config.a2a.listen
     };
-    let has_port = |host: &str| {
-        host.rsplit_once(':').is_some_and(|(name, port)| {
-            port.bytes().all(|b| b.is_ascii_digit()) && (!name.contains(':') || name.ends_with(']'))
-        })
-    };
     let host = match config.http.public_hosts.first() {
-        Some(host) if has_port(host) => host.clone(),
+        Some(host) if crate::policy::browser::split_authority(host).1.is_some() => host.clone(),
         Some(host) => {
             let port = listen.rsplit_once(':').map_or("", |(_, port)| port);
             format!("{host}:{port}")
