@@ -630,10 +630,6 @@ pub struct HaiConfig {
     pub max_live_sessions_per_ip: usize,
     /// New sessions one client address may create per minute.
     pub new_sessions_per_ip_per_minute: u32,
-    /// Tool approvals waiting for a human: in total, per client address, per connection.
-    pub max_pending_approvals: usize,
-    pub max_pending_approvals_per_ip: usize,
-    pub max_pending_approvals_per_connection: usize,
 }
 
 /// Agent2Agent 1.0 (JSON-RPC binding); `config/agora.toml` explains each key.
@@ -981,15 +977,6 @@ impl Config {
         positive(
             "hai.new_sessions_per_ip_per_minute",
             u64::from(self.hai.new_sessions_per_ip_per_minute),
-        )?;
-        positive("hai.max_pending_approvals", self.hai.max_pending_approvals as u64)?;
-        positive(
-            "hai.max_pending_approvals_per_ip",
-            self.hai.max_pending_approvals_per_ip as u64,
-        )?;
-        positive(
-            "hai.max_pending_approvals_per_connection",
-            self.hai.max_pending_approvals_per_connection as u64,
         )?;
         for (key, origins) in [
             ("hai.allowed_origins", &self.hai.allowed_origins),

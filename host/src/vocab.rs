@@ -90,11 +90,13 @@ impl ToolStage {
     pub const REJECTED: &'static str = "rejected";
     pub const APPROVAL_TIMED_OUT: &'static str = "approval timed out";
     pub const NO_APPROVER: &'static str = "no approver";
+    /// No place was free to wait for the approval (a fair-share or parking bound).
+    pub const NO_APPROVAL_PLACE: &'static str = "too many calls wait for an approval";
 
     /// Whether this is a refusal by the approval step rather than a tool that ran and failed.
     pub fn is_refusal(&self) -> bool {
         matches!(self, ToolStage::Failed { error }
-            if [Self::REJECTED, Self::APPROVAL_TIMED_OUT, Self::NO_APPROVER].contains(&error.as_str()))
+            if [Self::REJECTED, Self::APPROVAL_TIMED_OUT, Self::NO_APPROVER, Self::NO_APPROVAL_PLACE].contains(&error.as_str()))
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use agora_node::Config;
 use agora_node::metrics::Metrics;
 use agora_node::runtime::{
-    ApprovalOutcome, ApprovalRequest, Approver, Call, Exchange, InvokeError, LoadedPlugin, Phase,
+    ApprovalAsked, ApprovalOutcome, Approvals, Approver, Call, Exchange, InvokeError, LoadedPlugin, Phase,
     PluginEvent, Risk, Runtime, TransportKind,
 };
 use agora_node::store::Store;
@@ -410,33 +410,51 @@ async fn a_call_finding_the_instance_pool_full_is_overloaded_not_trapped() {
 
 // ---- tools ----------------------------------------------------------------
 
-/// A human at the other end of a channel: each approval request arrives on
-/// `asked` with the means to answer it.
+/// A human at the other end of a channel: each question arrives on `asked`
+/// with the means to answer it, which delivers the answer as a transport
+/// does, through the runtime's approvals.
 struct Human {
-    asked: mpsc::UnboundedSender<(ApprovalRequest, oneshot::Sender<ApprovalOutcome>)>,
+    asked: mpsc::UnboundedSender<(ApprovalAsked, oneshot::Sender<ApprovalOutcome>)>,
+    approvals: Approvals,
 }
+
+const HUMAN_SCOPE: &str = "test:human";
 
 #[async_trait::async_trait]
 impl Approver for Human {
-    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
+    fn scope(&self) -> String {
+        HUMAN_SCOPE.into()
+    }
+
+    async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
         let (answer, answered) = oneshot::channel();
-        if self.asked.send((request, answer)).is_err() {
-            return ApprovalOutcome::TimedOut;
-        }
-        answered.await.unwrap_or(ApprovalOutcome::TimedOut)
+        self.asked
+            .send((question.clone(), answer))
+            .map_err(|_| "nobody listens".to_string())?;
+        let (approvals, id) = (self.approvals.clone(), question.approval_id.clone());
+        tokio::spawn(async move {
+            if let Ok(outcome) = answered.await
+                && let Some(decision) = approvals.take(HUMAN_SCOPE, &id)
+            {
+                decision.deliver(outcome);
+            }
+        });
+        Ok(())
     }
 }
 
-type Asked = mpsc::UnboundedReceiver<(ApprovalRequest, oneshot::Sender<ApprovalOutcome>)>;
+type Asked = mpsc::UnboundedReceiver<(ApprovalAsked, oneshot::Sender<ApprovalOutcome>)>;
 
 /// An exchange with a human approver and an event channel; what the human is
 /// asked, and the events.
-fn approved_exchange() -> (Exchange, Asked, mpsc::Receiver<PluginEvent>) {
+fn approved_exchange(runtime: &Runtime) -> (Exchange, Asked, mpsc::Receiver<PluginEvent>) {
     let (asked, questions) = mpsc::unbounded_channel();
     let (events, stream) = mpsc::channel(16);
-    let exchange = Exchange::new()
-        .with_events(events)
-        .with_approver(Arc::new(Human { asked }));
+    let human = Human {
+        asked,
+        approvals: runtime.approvals().clone(),
+    };
+    let exchange = Exchange::new().with_events(events).with_approver(Arc::new(human));
     (exchange, questions, stream)
 }
 
@@ -459,7 +477,7 @@ fn convert_ten_km() -> Value {
 struct AwaitingApproval {
     test: Arc<TestRuntime>,
     caller: tokio::task::JoinHandle<Result<Value, InvokeError>>,
-    request: ApprovalRequest,
+    request: ApprovalAsked,
     answer: oneshot::Sender<ApprovalOutcome>,
     events: mpsc::Receiver<PluginEvent>,
 }
@@ -473,7 +491,7 @@ impl AwaitingApproval {
             })
             .await,
         );
-        let (exchange, mut questions, events) = approved_exchange();
+        let (exchange, mut questions, events) = approved_exchange(&test.runtime);
         let caller = {
             let test = test.clone();
             tokio::spawn(async move {
@@ -569,7 +587,7 @@ async fn a_tool_needing_approval_fails_when_no_human_can_be_asked() {
 #[tokio::test]
 async fn a_tool_below_the_approval_threshold_runs_without_asking() {
     let test = TestRuntime::serving(&["fixture-tool-caller", "fixture-warm-counter"], |_| {}).await;
-    let (exchange, mut questions, mut stream) = approved_exchange();
+    let (exchange, mut questions, mut stream) = approved_exchange(&test.runtime);
     let reply = test
         .call_in(
             "fixture-tool-caller",

@@ -233,14 +233,19 @@ fn assert_refused(frames: &[Value], limit: &str) {
     );
     let failed = position(frames, |f| f["type"] == "tool_call" && f["status"] == "failed");
     assert!(failed < error, "the error follows the failed tool: {frames:#?}");
-    assert!(streamed_text(frames).contains("was not generated"), "{frames:#?}");
+    // The plugin is told why, not that its human said no.
+    let text = streamed_text(frames);
+    assert!(
+        text.contains("could not be generated") && text.contains(limit),
+        "{frames:#?}"
+    );
 }
 
 #[tokio::test]
 async fn pending_approvals_beyond_the_per_address_and_total_caps_are_refused_and_the_tool_fails_cleanly() {
     let node = builder()
-        .env("AGORA_HAI__MAX_PENDING_APPROVALS_PER_IP", "2")
-        .env("AGORA_HAI__MAX_PENDING_APPROVALS", "3")
+        .env("AGORA_TOOLS__MAX_WAITING_APPROVALS_PER_CLIENT", "2")
+        .env("AGORA_PLUGINS__MAX_PARKED_CALLS", "3")
         .env("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "120000")
         .start();
     // The hoarder (127.0.0.1) parks two approvals; its third is refused.
@@ -250,7 +255,7 @@ async fn pending_approvals_beyond_the_per_address_and_total_caps_are_refused_and
     let (_h3, _, third) = ask_report(&node, ip(1), "hoard-3").await;
     assert_refused(
         &third.expect_err("over the per-address cap"),
-        "max_pending_approvals_per_ip",
+        "tools.max_waiting_approvals_per_client",
     );
 
     // An honest client elsewhere still asks, approves and gets its report meanwhile.
@@ -263,7 +268,10 @@ async fn pending_approvals_beyond_the_per_address_and_total_caps_are_refused_and
     let (mut third_address, _, pending) = ask_report(&node, ip(3), "third").await;
     let pending = pending.expect("within the total");
     let (_, _, refused) = ask_report(&node, ip(4), "fourth").await;
-    assert_refused(&refused.expect_err("over the total cap"), "max_pending_approvals");
+    assert_refused(
+        &refused.expect_err("over the total cap"),
+        "plugins.max_parked_calls",
+    );
     // Answering one frees its place.
     third_address
         .approve(pending["approval_id"].as_str().unwrap(), false, Some("not now"))

@@ -172,9 +172,9 @@ fn humans_who_never_approve_do_not_take_the_call_slots() {
         .env("AGORA_PLUGINS__MAX_CONCURRENT_CALLS", SLOTS.to_string())
         .env("AGORA_PLUGINS__MAX_PARKED_CALLS", PARKED.to_string())
         .env("AGORA_PLUGINS__QUEUE_TIMEOUT_MS", "500")
-        // All sessions come from 127.0.0.1: HAI's own per-address approval cap (4)
+        // All sessions come from 127.0.0.1: the per-client approval share (4)
         // would refuse the fifth first, and it is the runtime's parked cap under test.
-        .env("AGORA_HAI__MAX_PENDING_APPROVALS_PER_IP", "16")
+        .env("AGORA_TOOLS__MAX_WAITING_APPROVALS_PER_CLIENT", "16")
         .start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -9,6 +9,7 @@ mod a2a_client;
 mod a2a_fleet;
 mod a2a_limits;
 mod agora;
+mod agora_limits;
 mod almanac;
 mod approval_share;
 mod arena;

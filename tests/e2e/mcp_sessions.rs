@@ -252,3 +252,43 @@ fn a_session_with_an_open_stream_or_a_running_call_is_never_the_one_ended() {
         assert_serves(&node, GREEDY, session);
     }
 }
+
+/// MCP's approval forms wait in the node's one approval table (issue 37): they
+/// hold places of the caller's fair share as HAI's and A2A's waits do, so one
+/// address cannot park calls in session after session.
+#[test]
+fn an_mcp_clients_waiting_approvals_count_against_its_share_of_the_nodes_places() {
+    let node = TestNode::builder()
+        .plugin("hai-assistant")
+        .plugin("inspection-tools")
+        .env("AGORA_TOOLS__MAX_WAITING_APPROVALS_PER_CLIENT", "1")
+        // Short, so a node without the bound answers (timed out) instead of hanging the test.
+        .env("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "5000")
+        .start();
+    let first = open_session(&node, GREEDY, true);
+    let _waiting = running_call(&node, GREEDY, &first);
+
+    let second = open_session(&node, GREEDY, true);
+    let call = request(
+        6,
+        "tools/call",
+        json!({"name": "generate_inspection_report", "arguments": {"inspection_id": "INS-2024-002"}}),
+    );
+    let refused = post(&node, GREEDY, Some(&second), &call);
+    assert_eq!(refused.status, 200, "{}", refused.body);
+    assert!(
+        !refused.body.contains("elicitation/create"),
+        "no second form is asked: {}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("tools.max_waiting_approvals_per_client")
+            && refused.body.contains("\"isError\":true"),
+        "an error result naming the bound: {}",
+        refused.body
+    );
+
+    // Another address has its own share: its human is asked.
+    let honest = open_session(&node, HONEST, true);
+    let _asked = running_call(&node, HONEST, &honest);
+}

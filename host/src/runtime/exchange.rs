@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use super::approval::Approver;
 use crate::vocab::Risk;
 
 /// An event a plugin (or the host on its behalf) emits to the current exchange.
@@ -54,12 +55,6 @@ pub fn is_host_event_kind(kind: &str) -> bool {
 pub struct Caller {
     pub transport: &'static str,
     pub client: String,
-}
-
-/// Asks a human to approve a tool call (the HAI transport implements it).
-#[async_trait::async_trait]
-pub trait Approver: Send + Sync {
-    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome;
 }
 
 #[derive(Clone, Default)]

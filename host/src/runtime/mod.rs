@@ -21,7 +21,8 @@
 //! - [`loader`]: reading, compiling and swapping in plugin files, and the
 //!   install records that decide when a plugin's data is deleted;
 //! - [`invoke`]: the call path, from a transport's [`Call`] to the reply;
-//! - [`tools`]: tool calls from plugins and their approval lifecycle;
+//! - [`tools`]: tool calls from plugins and their lifecycle;
+//! - [`approval`]: every pending approval, whichever transport asks its human;
 //! - [`error`]: why a load, a call or a tool call failed.
 //!
 //! Ownership runs one way: the runtime owns the registry, the registry its
@@ -30,6 +31,7 @@
 //! to the runtime (to run tools), so dropping the last [`Runtime`] frees every
 //! plugin version and every idle warm instance with it.
 
+pub mod approval;
 pub mod bindings;
 pub mod capabilities;
 mod engine;
@@ -60,9 +62,10 @@ use serde::Serialize;
 use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
+pub use approval::{ApprovalAsked, Approvals, Approver};
 use bindings::{Plugin, PluginPre};
 pub use error::{InvokeError, LoadError, ToolError};
-pub use exchange::{ApprovalOutcome, ApprovalRequest, Approver, Exchange, PluginEvent};
+pub use exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
 pub use manifest::PluginManifest;
 pub use registry::Registry;
 
@@ -226,6 +229,11 @@ impl Runtime {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Every approval waiting for a human: where transports deliver their clients' answers.
+    pub fn approvals(&self) -> &Approvals {
+        &self.inner.host.approvals
     }
 
     /// Whether the start-up load is still running: plugins found in the

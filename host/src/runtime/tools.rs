@@ -17,15 +17,17 @@
 //! (`transports::hai::turn`), so a plugin cannot fake these events.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 
-use super::exchange::{ApprovalOutcome, ApprovalRequest, Approver, Exchange, PluginEvent};
+use super::approval::Approver;
+use super::exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
 use super::instance::{self, CallSlot};
 use super::manifest::ToolSpec;
 use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
 use crate::peers::mcp::{McpError, RemoteServer};
+use crate::policy::admission::Refusal;
 use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// The identity of one tool call: what every lifecycle event of it carries.
@@ -71,6 +73,15 @@ impl<'a> ToolCall<'a> {
     async fn failed(&self, error: impl Into<String>) {
         self.send(ToolStage::Failed { error: error.into() }).await;
     }
+
+    /// No place for this call to wait for its approval: it fails before anything is asked.
+    async fn too_many_waiting(&self, why: String) -> ToolError {
+        self.failed(ToolStage::NO_APPROVAL_PLACE).await;
+        ToolError::TooManyWaiting {
+            tool: self.tool_name.to_string(),
+            why,
+        }
+    }
 }
 
 /// What a tool name resolves to: its spec (risk, description) and what runs it.
@@ -93,7 +104,9 @@ impl Runtime {
     /// manifest asks) in an exchange of its own ([`Exchange::nested`]).
     ///
     /// The caller is parked meanwhile (its `slot` given up) when a parking place
-    /// is free; a tool that needs an approval and finds none fails at once.
+    /// is free; a tool that needs an approval and finds none fails at once, as
+    /// does one whose caller or transport holds its share of the approvals
+    /// ([`super::approval`]).
     pub(crate) async fn run_tool(
         &self,
         name: &str,
@@ -108,21 +121,17 @@ impl Runtime {
         let tool = self.resolve_tool(name).await?;
         let call = ToolCall::new(name, tool.spec.risk, caller);
         let approver = self.approver_for(&call).await?;
-        // The share is held until the wait below ends.
-        let (place, _share) = if approver.is_some() {
-            match host.approval_place(caller.caller.as_ref()) {
-                Ok((park, share)) => (Some(park), Some(share)),
-                Err(why) => {
-                    call.failed("too many calls wait for an approval").await;
-                    return Err(ToolError::TooManyWaiting {
-                        tool: name.to_string(),
-                        why,
-                    });
-                }
-            }
-        } else {
-            (host.park_place(), None)
-        };
+        let place = host.park_place();
+        if let Some(approver) = &approver
+            && place.is_none()
+        {
+            let refusal = Refusal::Total {
+                limit: host.max_parked,
+                key: "plugins.max_parked_calls",
+            };
+            approver.refused(&call.call_id, &refusal);
+            return Err(call.too_many_waiting(refusal.to_string()).await);
+        }
         let work = self.approve_and_run(&call, &tool, approver, arguments);
         host.while_parked(slot, place, work).await
     }
@@ -227,10 +236,13 @@ impl Runtime {
                 risk: tool.spec.risk,
                 description: tool.spec.description.clone(),
             };
-            let timeout = Duration::from_millis(self.inner.tools.approval_timeout_ms);
-            let outcome = tokio::time::timeout(timeout, approver.approve(request))
-                .await
-                .unwrap_or(ApprovalOutcome::TimedOut);
+            let approvals = &self.inner.host.approvals;
+            let asking = approvals.ask(approver.as_ref(), call.exchange.caller.as_ref(), request);
+            let outcome = match tokio::time::timeout(approvals.timeout(), asking).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(refusal)) => return Err(call.too_many_waiting(refusal.to_string()).await),
+                Err(_) => ApprovalOutcome::TimedOut,
+            };
             match outcome {
                 ApprovalOutcome::Approved => {}
                 ApprovalOutcome::Rejected { feedback } => {

@@ -85,8 +85,8 @@ async fn receive(shared: Weak<A2a>, mut inbox: tokio::sync::broadcast::Receiver<
                 let decided = message.data().cloned();
                 // Not stored as working: the runner stores the next state a client
                 // waits for, and a later write of this one could overwrite it.
-                match live.resume(message, |pending| {
-                    run::decision_of(&pending.approval_id, decided.as_ref())
+                match live.resume(message, shared.node.runtime.approvals(), |approval_id| {
+                    run::decision_of(approval_id, decided.as_ref())
                 }) {
                     Ok(_) => {}
                     Err(error) => {

@@ -502,8 +502,9 @@ impl Request {
         let decided = message.data().cloned();
         let progress = match live {
             Some(live) => {
-                let (snapshot, events) = live.resume(message, |pending| {
-                    run::decision_of(&pending.approval_id, decided.as_ref())
+                let approvals = self.shared.node.runtime.approvals();
+                let (snapshot, events) = live.resume(message, approvals, |approval_id| {
+                    run::decision_of(approval_id, decided.as_ref())
                 })?;
                 // Not stored as working: the runner stores the next state a client
                 // waits for, and a later write of this one could overwrite it.

@@ -4,8 +4,9 @@
 //!
 //! - its `emit("chunk", {"content"})`s → `artifactUpdate`s of the one `answer`
 //!   artifact (the last held back so it can carry `lastChunk: true`);
-//! - a tool whose risk needs approval → the host's [`TaskApprover`] parks the
-//!   call and the task goes `TASK_STATE_INPUT_REQUIRED`, its status message
+//! - a tool whose risk needs approval → the host's [`TaskApprover`] asks (the
+//!   wait is [`crate::runtime::approval`]'s) and the task goes
+//!   `TASK_STATE_INPUT_REQUIRED`, its status message
 //!   carrying `{approval_id, tool_name, parameters, risk_level, description}`;
 //!   only a client message answering that approval id releases it (approved →
 //!   the host runs the tool; rejected → it does not, and the plugin gets the
@@ -20,25 +21,24 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::error::A2aError;
-use super::state::{LiveTask, Pending, RunSlot, Shared, context_key, status};
+use super::state::{LiveTask, RunSlot, Shared, approval_scope, context_key, status};
 use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
 use crate::node::state::NodeState;
+use crate::runtime::approval::APPROVAL_ASKED;
 use crate::runtime::{
-    ApprovalOutcome, ApprovalRequest, Call, Exchange, LoadedPlugin, Phase, PluginEvent, TransportKind,
+    ApprovalAsked, ApprovalOutcome, Approver, Call, Exchange, LoadedPlugin, Phase, PluginEvent, TransportKind,
 };
 use crate::store::now_ms;
 use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
-/// Host-only event kinds (a plugin's `emit` of `host.*` is refused): the
-/// approver's request, so it reaches readers after the chunks before it.
-const APPROVAL_EVENT: &str = "host.a2a_approval";
+/// Host-only (a plugin's `emit` of `host.*` is refused): the approval's
+/// question went unanswered, told in order after the question itself.
 const APPROVAL_EXPIRED_EVENT: &str = "host.a2a_approval_expired";
 const EVENT_BUFFER: usize = 64;
 /// The most answer text one task assembles; chunks beyond it are dropped.
@@ -127,7 +127,6 @@ async fn try_answer(
     let approver = Arc::new(TaskApprover {
         live: live.clone(),
         events: events.clone(),
-        timeout: Duration::from_millis(node.config.tools.approval_timeout_ms),
     });
     let exchange = Exchange::new()
         .with_events(events)
@@ -233,7 +232,10 @@ impl Answer<'_> {
                     self.chunk(content);
                 }
             }
-            APPROVAL_EVENT => self.ask(shared, &event.data).await,
+            APPROVAL_ASKED => match ApprovalAsked::from_event(&event) {
+                Some(asked) => self.ask(shared, &asked).await,
+                None => tracing::warn!(transport = "a2a", "a malformed approval request was dropped"),
+            },
             APPROVAL_EXPIRED_EVENT => {
                 let task = self.live.snapshot();
                 let note = Message::agent(
@@ -316,15 +318,21 @@ impl Answer<'_> {
 
     /// The host's approver asks: everything streamed so far goes out first (the
     /// stream closes at input-required), then the question.
-    async fn ask(&mut self, shared: &Shared, data: &Value) {
+    async fn ask(&mut self, shared: &Shared, asked: &ApprovalAsked) {
         self.flush(false);
         let task = self.live.snapshot();
-        let tool_name = data["tool_name"].as_str().unwrap_or_default();
         let question = format!(
-            "Approve running {tool_name}? Answer with a data part {{\"approval_id\": \"{}\", \"approved\": true|false, \"feedback\": \"…\"}}.",
-            data["approval_id"].as_str().unwrap_or_default()
+            "Approve running {}? Answer with a data part {{\"approval_id\": \"{}\", \"approved\": true|false, \"feedback\": \"…\"}}.",
+            asked.tool_name, asked.approval_id
         );
-        let message = Message::agent(&task, vec![Part::text(question), Part::data(data.clone())]);
+        let data = json!({
+            "approval_id": asked.approval_id,
+            "tool_name": asked.tool_name,
+            "parameters": asked.arguments,
+            "risk_level": asked.risk,
+            "description": asked.description,
+        });
+        let message = Message::agent(&task, vec![Part::text(question), Part::data(data)]);
         let waiting = status(TaskState::InputRequired, Some(message));
         // Stored first, so any node of a fleet can take the answer once the client has the question.
         if let Err(error) = store_task(shared, &self.live.with_status(&waiting)).await {
@@ -334,65 +342,39 @@ impl Answer<'_> {
     }
 }
 
-/// Parks a risky tool call until the client answers it (see the module docs).
+/// Asks a task's client about a risky tool call (see the module docs).
 struct TaskApprover {
     live: Arc<LiveTask>,
     events: mpsc::Sender<PluginEvent>,
-    /// `tools.approval_timeout_ms`.
-    timeout: Duration,
 }
 
 #[async_trait::async_trait]
-impl crate::runtime::Approver for TaskApprover {
-    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
-        let approval_id = format!("appr_{}", uuid::Uuid::new_v4().simple());
-        let (decide, decision) = oneshot::channel();
-        if !self.live.park(Pending {
-            approval_id: approval_id.clone(),
-            decide,
-        }) {
-            return ApprovalOutcome::Rejected {
-                feedback: Some("another approval of this task is already waiting".into()),
-            };
+impl Approver for TaskApprover {
+    fn scope(&self) -> String {
+        approval_scope(&self.live.id)
+    }
+
+    async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
+        if !self.live.park(&question.approval_id) {
+            return Err("another approval of this task is already waiting".into());
         }
-        let event = PluginEvent {
-            kind: APPROVAL_EVENT.into(),
-            data: json!({
-                "approval_id": approval_id,
-                "tool_name": request.tool_name,
-                "parameters": request.arguments,
-                "risk_level": request.risk,
-                "description": request.description,
-            }),
-        };
-        if self.events.send(event).await.is_err() {
-            self.live.unpark(&approval_id);
-            return ApprovalOutcome::Rejected {
-                feedback: Some("the task ended before anyone could approve".into()),
-            };
+        if self.events.send(question.event()).await.is_err() {
+            self.live.unpark(&question.approval_id);
+            return Err("the task ended before anyone could approve".into());
         }
-        let mut decision = decision;
-        match tokio::time::timeout(self.timeout, &mut decision).await {
-            Ok(Ok(outcome)) => outcome,
-            // The task was canceled: the call is being dropped anyway.
-            Ok(Err(_)) => ApprovalOutcome::Rejected {
-                feedback: Some("the task was canceled".into()),
-            },
-            Err(_) => {
-                if self.live.unpark(&approval_id).is_some() {
-                    let _ = self
-                        .events
-                        .send(PluginEvent {
-                            kind: APPROVAL_EXPIRED_EVENT.into(),
-                            data: Value::Null,
-                        })
-                        .await;
-                    ApprovalOutcome::TimedOut
-                } else {
-                    // A decision won the race; it is already sent.
-                    decision.await.unwrap_or(ApprovalOutcome::TimedOut)
-                }
-            }
+        Ok(())
+    }
+
+    fn withdraw(&self, question: &ApprovalAsked) {
+        // A canceled task forgot its approval already: nothing to tell.
+        if self.live.unpark(&question.approval_id) {
+            let expired = PluginEvent {
+                kind: APPROVAL_EXPIRED_EVENT.into(),
+                data: Value::Null,
+            };
+            // The plugin waits on this very approval, so its events are drained;
+            // a full stream only loses the note, not the tool's outcome.
+            let _ = self.events.try_send(expired);
         }
     }
 }

@@ -33,15 +33,13 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use governor::{DefaultKeyedRateLimiter, Quota};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, broadcast, oneshot};
+use tokio::sync::{Notify, broadcast};
 
 use super::error::A2aError;
 use super::wire::{
@@ -51,7 +49,8 @@ use super::wire::{
 use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Slot};
 use crate::policy::quota::{Charge, QuotaBounds, QuotaError, StoredQuota};
-use crate::runtime::ApprovalOutcome;
+use crate::policy::rate::RateTable;
+use crate::runtime::{ApprovalOutcome, Approvals};
 use crate::store::{Collection, now_ms};
 
 /// Events one running task buffers for its slowest reader.
@@ -68,14 +67,14 @@ pub struct A2a {
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
     running: Admission<IpAddr>,
     /// `a2a.new_tasks_per_ip_per_minute`, one bucket per client address.
-    new_tasks: DefaultKeyedRateLimiter<IpAddr>,
+    new_tasks: Mutex<RateTable<IpAddr>>,
     /// Stored tasks per client address and in total (`a2a.max_stored_task*`).
     stored: StoredQuota,
     /// The charges of the tasks running here, by task id, for their saves.
     charges: Mutex<HashMap<String, Charge>>,
 }
 
-/// Client buckets kept before idle (full) ones are dropped.
+/// Client rate buckets kept; beyond, a client seen once is forgotten first ([`RateTable`]).
 const MAX_RATE_BUCKETS: usize = 10_000;
 
 /// The levels a stored task wraps around each of its messages (the record, the
@@ -184,8 +183,7 @@ impl A2a {
             per_client_key: "a2a.max_running_tasks_per_ip",
             wait: std::time::Duration::from_millis(node.config.http.admission_wait_ms),
         });
-        let per_minute =
-            NonZeroU32::new(node.config.a2a.new_tasks_per_ip_per_minute).unwrap_or(NonZeroU32::MIN);
+        let per_minute = node.config.a2a.new_tasks_per_ip_per_minute;
         let stored = StoredQuota::new(
             node.store.clone(),
             "a2a_tasks",
@@ -204,7 +202,7 @@ impl A2a {
             run_id: uuid::Uuid::new_v4().to_string(),
             live: Mutex::new(HashMap::new()),
             running,
-            new_tasks: DefaultKeyedRateLimiter::keyed(Quota::per_minute(per_minute)),
+            new_tasks: Mutex::new(RateTable::new(MAX_RATE_BUCKETS, per_minute)),
             stored,
             charges: Mutex::new(HashMap::new()),
         })
@@ -219,13 +217,11 @@ impl A2a {
     pub async fn reserve(&self, client: IpAddr) -> Result<RunSlot, A2aError> {
         let config = &self.node.config.a2a;
         let client = crate::listener::caps::client_key(client);
-        if self.new_tasks.len() > MAX_RATE_BUCKETS {
-            self.new_tasks.retain_recent();
-        }
-        if self.new_tasks.check_key(&client).is_err() {
+        if let Err(refusal) = self.new_tasks.lock().admit(client) {
             return Err(A2aError::Busy(format!(
-                "this client started {} tasks in the last minute (a2a.new_tasks_per_ip_per_minute); try again shortly",
-                config.new_tasks_per_ip_per_minute
+                "this client started {} tasks in the last minute (a2a.new_tasks_per_ip_per_minute); try again in {} s",
+                config.new_tasks_per_ip_per_minute,
+                refusal.retry_after_secs()
             )));
         }
         let slot = self
@@ -508,10 +504,9 @@ impl RunSlot {
     }
 }
 
-/// A tool call waiting for the client's decision.
-pub struct Pending {
-    pub approval_id: String,
-    pub decide: oneshot::Sender<ApprovalOutcome>,
+/// Who may answer task `id`'s approvals: a client message to that task, on any node.
+pub fn approval_scope(id: &str) -> String {
+    format!("a2a:{id}")
 }
 
 pub struct LiveTask {
@@ -524,7 +519,8 @@ pub struct LiveTask {
 struct Inner {
     task: Task,
     events: broadcast::Sender<StreamResponse>,
-    pending: Option<Pending>,
+    /// The approval the task waits for ([`crate::runtime::approval`] holds the wait).
+    pending: Option<String>,
 }
 
 impl LiveTask {
@@ -591,31 +587,33 @@ impl LiveTask {
     }
 
     /// Register the one approval this task waits for; false if one already waits.
-    pub fn park(&self, pending: Pending) -> bool {
+    pub fn park(&self, approval_id: &str) -> bool {
         let mut inner = self.inner.lock();
         if inner.pending.is_some() || inner.task.status.state.is_terminal() {
             return false;
         }
-        inner.pending = Some(pending);
+        inner.pending = Some(approval_id.to_string());
         true
     }
 
-    /// Take the waiting approval if it is still `approval_id`.
-    pub fn unpark(&self, approval_id: &str) -> Option<Pending> {
+    /// Forget the waiting approval if it is still `approval_id`; whether it was.
+    pub fn unpark(&self, approval_id: &str) -> bool {
         let mut inner = self.inner.lock();
-        match &inner.pending {
-            Some(pending) if pending.approval_id == approval_id => inner.pending.take(),
-            _ => None,
+        if inner.pending.as_deref() == Some(approval_id) {
+            inner.pending = None;
+            return true;
         }
+        false
     }
 
-    /// Answer the waiting approval with the client's message, which must name it:
-    /// the task goes back to working, and the caller gets the task and its
-    /// events from here on.
+    /// Answer the waiting approval with the client's message, which must name it
+    /// (`outcome` reads it): the task goes back to working, the decision goes to
+    /// the waiting tool, and the caller gets the task and its events from here on.
     pub fn resume(
         &self,
         message: Message,
-        outcome: impl FnOnce(&Pending) -> Result<ApprovalOutcome, A2aError>,
+        approvals: &Approvals,
+        outcome: impl FnOnce(&str) -> Result<ApprovalOutcome, A2aError>,
     ) -> Result<(Task, broadcast::Receiver<StreamResponse>), A2aError> {
         let mut inner = self.inner.lock();
         let state = inner.task.status.state;
@@ -633,7 +631,7 @@ impl LiveTask {
             )));
         }
         let decision = outcome(pending)?;
-        let Some(pending) = inner.pending.take() else {
+        let Some(approval_id) = inner.pending.take() else {
             return Err(A2aError::Internal("the pending approval vanished".into()));
         };
         inner.task.history.push(message);
@@ -649,9 +647,11 @@ impl LiveTask {
         });
         let _ = inner.events.send(event);
         let watched = (inner.task.clone(), inner.events.subscribe());
-        // The approver may have given up this instant; then the decision is moot
-        // and the task goes on as the approver decided (timed out).
-        let _ = pending.decide.send(decision);
+        // The wait may have ended this instant; then the decision is moot and
+        // the task goes on as the deadline decided (timed out).
+        if let Some(waiting) = approvals.take(&approval_scope(&self.id), &approval_id) {
+            waiting.deliver(decision);
+        }
         Ok(watched)
     }
 

@@ -1,25 +1,32 @@
 //! Caps on the state strangers can make an Agora node keep: live multi-round
 //! conversations in total (`agora.max_conversations`) and per client address
 //! (`agora.max_conversations_per_client`), and how fast one client may open
-//! them (`agora.conversations_per_client_per_minute`).
+//! them (`agora.conversations_per_client_per_minute`): the node's shared
+//! [`Ledger`] and [`RateTable`], answered in Agora's terms.
 //!
 //! A client is its IP address as the listener saw it (IPv6 by /64, since one
 //! host commonly holds a whole /64); `X-Forwarded-For` is not trusted. The
-//! table lives in memory and is rebuilt from the store at start-up, so a
-//! restart neither frees nor leaks capacity.
+//! ledger lives in memory and is rebuilt from the store at start-up, so a
+//! restart neither frees nor leaks capacity. The rate table forgets a client
+//! seen once before one it knows, and never refuses anyone for want of room,
+//! so a spread of addresses cannot lock new clients out.
 
-use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use crate::config::AgoraConfig;
+use crate::policy::ledger::{Ledger, LedgerBounds, LedgerRefusal, Measure, bounded};
+use crate::policy::rate::{RateRefusal, RateTable};
 
 /// Longest `Retry-After` the caps ever suggest; a conversation can live an
 /// hour, but a client should look again well before that.
 const MAX_RETRY_AFTER_SECS: u64 = 300;
+
+/// Clients whose creation rate is remembered at least; more when the total
+/// cap allows more live conversations (each has a client).
+const MIN_TRACKED_CLIENTS: usize = 1024;
 
 /// Why a conversation may not be opened now, with when to try again (seconds).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,167 +44,97 @@ pub fn client_key(ip: IpAddr) -> String {
     crate::listener::caps::client_key(ip).to_string()
 }
 
-struct Live {
-    client: Option<String>,
-    expires_at: u64,
+/// Live conversations and each client's creation rate, under one lock so a
+/// place is checked, charged to the rate and taken at once.
+struct Caps {
+    live: Ledger<String>,
+    rate: RateTable<String>,
 }
 
-/// A token bucket: `per_minute` tokens, refilled continuously.
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-#[derive(Default)]
-struct Table {
-    live: HashMap<String, Live>,
-    /// `(expires_at, id)`, so expired conversations are dropped oldest first.
-    by_expiry: BTreeSet<(u64, String)>,
-    per_client: HashMap<String, usize>,
-    buckets: HashMap<String, Bucket>,
-}
-
+/// The conversation caps of one node, shared by its Agora handlers.
 pub struct ConversationLimits {
-    max_total: usize,
-    max_per_client: usize,
     per_minute: u32,
-    table: Mutex<Table>,
+    caps: Mutex<Caps>,
 }
 
 impl ConversationLimits {
     pub fn new(config: &AgoraConfig) -> Arc<ConversationLimits> {
+        let live = Ledger::new(LedgerBounds {
+            per_client_items: bounded(
+                config.max_conversations_per_client,
+                "agora.max_conversations_per_client",
+            ),
+            total_items: bounded(config.max_conversations, "agora.max_conversations"),
+            ..LedgerBounds::default()
+        });
+        let tracked = config.max_conversations.max(MIN_TRACKED_CLIENTS);
         Arc::new(ConversationLimits {
-            max_total: config.max_conversations,
-            max_per_client: config.max_conversations_per_client,
             per_minute: config.conversations_per_client_per_minute,
-            table: Mutex::new(Table::default()),
+            caps: Mutex::new(Caps {
+                live,
+                rate: RateTable::new(tracked, config.conversations_per_client_per_minute),
+            }),
         })
     }
 
     /// Count a conversation that already exists (start-up rebuild); never refused.
     pub fn restore(&self, id: &str, client: Option<String>, expires_at: u64, now_secs: u64) {
-        if expires_at <= now_secs {
-            return;
-        }
-        let mut table = self.table.lock();
-        table.insert(id, client, expires_at);
+        let now_ms = to_ms(now_secs);
+        self.caps
+            .lock()
+            .live
+            .restore(client, id, to_ms(expires_at), 0, now_ms);
     }
 
     /// Reserve a place for conversation `id` of `client`, live until `expires_at`
     /// (Unix seconds). The caller releases it if the conversation is never created.
     pub fn acquire(&self, id: &str, client: &str, expires_at: u64, now_secs: u64) -> Result<(), Refusal> {
-        let mut table = self.table.lock();
-        table.prune(now_secs);
-        if table.live.len() >= self.max_total {
-            let retry_after = table
-                .by_expiry
-                .first()
-                .map_or(1, |(at, _)| at.saturating_sub(now_secs));
-            return Err(Refusal::Full {
-                limit: self.max_total,
-                retry_after: clamp_retry(retry_after),
-            });
-        }
-        if table.per_client.get(client).copied().unwrap_or(0) >= self.max_per_client {
-            // The scan is bounded by `max_total` and only runs for a client at its cap.
-            let retry_after = table
-                .by_expiry
-                .iter()
-                .find(|(_, other)| table.live.get(other).and_then(|l| l.client.as_deref()) == Some(client))
-                .map_or(1, |(at, _)| at.saturating_sub(now_secs));
-            return Err(Refusal::ClientFull {
-                limit: self.max_per_client,
-                retry_after: clamp_retry(retry_after),
-            });
-        }
-        self.take_token(&mut table, client)?;
-        table.insert(id, Some(client.to_string()), expires_at);
+        let client = client.to_string();
+        let mut caps = self.caps.lock();
+        caps.live
+            .check(&client, 0, to_ms(now_secs))
+            .map_err(held_refusal)?;
+        // Only a conversation the caps allow spends a token.
+        caps.rate
+            .admit(client.clone())
+            .map_err(|refusal| self.rate_refusal(refusal))?;
+        caps.live.record(Some(client), id, to_ms(expires_at), 0);
         Ok(())
     }
 
     /// Forget conversation `id` (ended, or never created).
     pub fn release(&self, id: &str) {
-        self.table.lock().remove(id);
+        self.caps.lock().live.release(id);
     }
 
     /// Live conversations counted now (tests and metrics).
     pub fn live(&self) -> usize {
-        self.table.lock().live.len()
+        self.caps.lock().live.total().0 as usize
     }
 
-    fn take_token(&self, table: &mut Table, client: &str) -> Result<(), Refusal> {
-        let capacity = f64::from(self.per_minute);
-        let per_sec = capacity / 60.0;
-        let now = Instant::now();
-        // A bucket that has refilled completely carries no information: drop
-        // those before the table grows past what the live caps allow, so a
-        // spread of addresses cannot grow it without bound.
-        if table.buckets.len() >= self.max_total.max(1024) {
-            table
-                .buckets
-                .retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < capacity);
-            if table.buckets.len() >= self.max_total.max(1024) {
-                return Err(Refusal::RateLimited {
-                    per_minute: self.per_minute,
-                    retry_after: 1,
-                });
-            }
+    fn rate_refusal(&self, refusal: RateRefusal) -> Refusal {
+        Refusal::RateLimited {
+            per_minute: self.per_minute,
+            retry_after: clamp_retry(refusal.retry_after_secs()),
         }
-        let bucket = table.buckets.entry(client.to_string()).or_insert(Bucket {
-            tokens: capacity,
-            at: now,
-        });
-        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * per_sec).min(capacity);
-        bucket.at = now;
-        if bucket.tokens < 1.0 {
-            let retry_after = ((1.0 - bucket.tokens) / per_sec).ceil() as u64;
-            return Err(Refusal::RateLimited {
-                per_minute: self.per_minute,
-                retry_after: clamp_retry(retry_after),
-            });
-        }
-        bucket.tokens -= 1.0;
-        Ok(())
     }
+}
+
+fn held_refusal(refusal: LedgerRefusal) -> Refusal {
+    let limit = usize::try_from(refusal.limit).unwrap_or(usize::MAX);
+    let retry_after = clamp_retry(refusal.retry_after_secs());
+    match refusal.measure {
+        Measure::PerClientItems | Measure::PerClientBytes => Refusal::ClientFull { limit, retry_after },
+        Measure::TotalItems | Measure::TotalBytes => Refusal::Full { limit, retry_after },
+    }
+}
+
+fn to_ms(secs: u64) -> u64 {
+    secs.saturating_mul(1000)
 }
 
 fn clamp_retry(secs: u64) -> u64 {
     secs.clamp(1, MAX_RETRY_AFTER_SECS)
-}
-
-impl Table {
-    fn insert(&mut self, id: &str, client: Option<String>, expires_at: u64) {
-        self.remove(id);
-        if let Some(client) = &client {
-            *self.per_client.entry(client.clone()).or_insert(0) += 1;
-        }
-        self.by_expiry.insert((expires_at, id.to_string()));
-        self.live.insert(id.to_string(), Live { client, expires_at });
-    }
-
-    fn remove(&mut self, id: &str) {
-        let Some(live) = self.live.remove(id) else {
-            return;
-        };
-        self.by_expiry.remove(&(live.expires_at, id.to_string()));
-        if let Some(client) = live.client
-            && let Some(count) = self.per_client.get_mut(&client)
-        {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.per_client.remove(&client);
-            }
-        }
-    }
-
-    fn prune(&mut self, now_secs: u64) {
-        while let Some((at, id)) = self.by_expiry.first().cloned() {
-            if at > now_secs {
-                break;
-            }
-            self.remove(&id);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -24,10 +24,11 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::Early;
 use super::error::{AnswersRequest, EnvelopesError, Refusal};
-use super::limits::{LedgerRefusal, SenderKey};
+use super::limits::SenderKey;
 use super::state::Service;
 use crate::crypto::envelope::Header;
 use crate::crypto::jcs;
+use crate::policy::ledger::Measure;
 use crate::runtime::{Call, Exchange, LoadedPlugin, Phase, TransportKind};
 use crate::store::{Collection, now_ms};
 
@@ -95,7 +96,7 @@ pub(super) async fn dispatch(
         "REQUEST" => request(service, sender, key, &header)
             .await
             .answering(Some(&header.id)),
-        "ACCEPT" => accept(service, sender, key, &header.payload, early).await,
+        "ACCEPT" => accept(service, sender, &header.payload, early).await,
         "STATUS" => status(service, sender, &header.payload).await,
         other => Err(EnvelopesError::BadRequest(format!(
             "this node does not take {other} envelopes; send HELLO, REQUEST, ACCEPT or STATUS"
@@ -214,25 +215,21 @@ fn offer_room(
     bytes: usize,
     take: Option<(&str, u64)>,
 ) -> Result<(), EnvelopesError> {
-    let config = &service.node.config.envelopes;
+    let bytes = bytes as u64;
     let mut ledger = service.offers.lock();
-    let checked = ledger.check(
-        key,
-        bytes,
-        now_ms(),
-        config.max_offers_per_sender,
-        config.max_offer_bytes_total,
-    );
-    match checked {
-        Ok(()) => {
-            if let Some((offer_id, expires_at_ms)) = take {
-                ledger.record(*key, offer_id.to_string(), expires_at_ms, bytes);
-            }
-            Ok(())
+    let checked = match take {
+        // An offer can be accepted through its `expires_at_ms`, so it holds
+        // its room until the millisecond after.
+        Some((offer_id, expires_at_ms)) => {
+            ledger.admit(*key, offer_id, expires_at_ms.saturating_add(1), bytes, now_ms())
         }
-        Err(LedgerRefusal::SenderFull(most)) => Err(EnvelopesError::TooManyOffers(most)),
-        Err(LedgerRefusal::TotalFull) => Err(EnvelopesError::Overloaded),
-    }
+        None => ledger.check(key, bytes, now_ms()),
+    };
+    checked.map_err(|refusal| match refusal.measure {
+        Measure::PerClientItems => EnvelopesError::TooManyOffers(refusal.limit as usize),
+        // The only other bound is the bytes all live offers hold: the node's, not the sender's.
+        _ => EnvelopesError::Overloaded,
+    })
 }
 
 async fn set_state(
@@ -477,7 +474,6 @@ async fn offer(
 async fn accept(
     service: &Service,
     sender: &str,
-    sender_key: &SenderKey,
     payload: &Map<String, Value>,
     early: Option<&Early>,
 ) -> Result<Value, Refusal> {
@@ -569,7 +565,7 @@ async fn accept(
     if !won {
         return Err(bad("this offer was already accepted")).answering(answering);
     }
-    service.offers.lock().release(sender_key, &offer_id);
+    service.offers.lock().release(&offer_id);
     store
         .remove(Collection::Negotiations, &params_key(&offer_id))
         .await

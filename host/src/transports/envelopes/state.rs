@@ -18,14 +18,16 @@ use super::error::EnvelopesError;
 use super::limits;
 use crate::crypto::envelope as signed;
 use crate::node::state::NodeState;
+use crate::policy::ledger::Ledger;
+use crate::policy::rate::RateTable;
 use crate::store::now_ms;
 
 pub(crate) struct Service {
     pub(super) node: NodeState,
     signing_key: SigningKey,
     pub(super) did: String,
-    pub(super) rate: Mutex<limits::SenderTable>,
-    pub(super) offers: Mutex<limits::OfferLedger>,
+    pub(super) rate: Mutex<RateTable<limits::SenderKey>>,
+    pub(super) offers: Mutex<Ledger<limits::SenderKey>>,
     pub(super) in_flight: Arc<Semaphore>,
     /// Direct requests whose plugin runs now, by request key: at most one
     /// per `in_flight` permit.
@@ -36,16 +38,14 @@ impl Service {
     pub(super) fn new(node: NodeState, signing_key: SigningKey) -> Service {
         let did = crate::crypto::identity::did_key(&signing_key.verifying_key());
         let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
-        let rate = Mutex::new(limits::SenderTable::new(
-            node.config.envelopes.max_tracked_senders,
-            node.config.envelopes.rate_limit_per_minute,
-        ));
+        let rate = Mutex::new(limits::rate_table(&node.config.envelopes));
+        let offers = Mutex::new(limits::offer_ledger(&node.config.envelopes));
         Service {
             node,
             signing_key,
             did,
             rate,
-            offers: Mutex::default(),
+            offers,
             in_flight,
             running: Mutex::default(),
         }

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
-use super::session::Hub;
+use super::session::{Hub, approval_scope};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::ApprovalOutcome;
 use crate::store::{FleetMessage, Store};
@@ -254,8 +254,8 @@ fn deliver(hub: &Hub, message: &FleetMessage) {
             // Every other node gets it; only the one whose tool waits has it pending.
             Ok(decided) => {
                 if let Some(decision) = hub
-                    .live(&decided.session_id)
-                    .and_then(|session| session.take(&decided.approval_id).ok())
+                    .approvals()
+                    .take(&approval_scope(&decided.session_id), &decided.approval_id)
                 {
                     decision.deliver(decided.outcome());
                 }

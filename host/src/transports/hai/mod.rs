@@ -96,6 +96,7 @@ pub fn router(state: NodeState) -> Router {
         hub: Hub::new(
             Limits::from_config(config),
             fleet::FleetOut::start(&state.store, state.runtime.metrics()),
+            state.runtime.approvals().clone(),
         ),
         node: state,
         page: Arc::from(page),
@@ -675,8 +676,7 @@ impl Connection {
         let session = self
             .bind(&message.session_id, message.session_secret.as_deref())
             .await?;
-        let config = &self.shared.node.config.hai;
-        session.admit(config.messages_per_minute)?;
+        self.shared.hub.admit_message(&session)?;
         self.shared.moderate(&message.content)?;
         let queued = session.enqueue()?;
         tokio::spawn(turn::run(
@@ -712,7 +712,12 @@ impl Connection {
         };
         // The waiting tool, when it waits on this node. Held until the decision is
         // recorded: not recorded, not acted on, and dropping it ends the wait as unanswered.
-        let local = session.take(&response.approval_id).ok();
+        let local = self
+            .shared
+            .node
+            .runtime
+            .approvals()
+            .take(&session.approval_scope(), &response.approval_id);
         let entry = json!({
             "approval_id": response.approval_id,
             "tool_name": record.tool_name,

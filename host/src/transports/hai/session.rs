@@ -1,56 +1,52 @@
 //! Live sessions (`hai-protocol.md` §"Session Management"): one fan-out
 //! group per `session_id`, so every connection on a session sees its frames;
-//! the approvals waiting for a human (§5–6); the per-session rate window; and
-//! the turn lock that answers a session's messages one at a time.
+//! how the session asks its humans to approve a tool (§5–6; the wait itself is
+//! [`crate::runtime::approval`]'s); the rate of messages per session; and the
+//! turn lock that answers a session's messages one at a time.
 //!
 //! What outlives a connection (history, the session record) is in the store; this
 //! is only the in-memory meeting point, dropped a while after its last user.
 //!
 //! The [`Hub`] is also where an open port is bounded: a session opens only with
 //! its secret or by a bearer id ([`access::is_bearer_session_id`]), or is
-//! created, within the creation rate of the client address;
+//! created, within the creation rate of the client address (both rates are
+//! token buckets of the node's one rate table, [`crate::policy::rate`]);
 //! live sessions are capped per address and in total, an address over its cap
 //! making room only among its own idle sessions, so churn from one address cannot
-//! push out another's; and pending approvals are capped per connection, per
-//! address and in total, each reservation a ticket that frees itself when the
-//! wait ends however it ends.
+//! push out another's. Pending approvals are bounded where every transport's
+//! are, per client address and per transport ([`crate::runtime::approval`]).
 //!
 //! The fan-out is one bounded queue per subscribed connection, not a tokio
 //! `broadcast` channel: a broadcast ring is allocated in full when the session
 //! starts (256 slots, ~12 KiB), which idle sessions would pay for nothing,
 //! while a queue grows only with the frames actually waiting in it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde_json::json;
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot};
 
 use super::HaiError;
 use super::access::{self, SecretHash};
 use super::fleet::{ApprovalRecord, FleetOut, approval_key};
 use super::wire::Outbound;
-use crate::runtime::{ApprovalOutcome, ApprovalRequest, Approver, PluginEvent};
-use crate::store::{Collection, Store, now_ms};
+use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
+use crate::policy::rate::RateTable;
+use crate::runtime::{ApprovalAsked, ApprovalOutcome, Approvals, Approver, PluginEvent};
+use crate::store::{Collection, Store};
 
 /// How long an unused session stays in memory (keeps its rate window across reconnects)
 /// unless the table is full and it is the least recently used.
 const IDLE_KEEP: Duration = Duration::from_secs(120);
+/// How long an approval's record outlives its deadline (a crashed node's is then swept).
+const RECORD_MARGIN: Duration = Duration::from_secs(60);
 /// Turns of one session waiting behind the running one.
 const MAX_QUEUED_TURNS: usize = 4;
-/// Approvals one session may have open at once.
-const MAX_PENDING_APPROVALS: usize = 16;
-/// How much before the tool path's approval timeout the approver claims the
-/// approval for itself (a tenth of the timeout, at most this).
-const MAX_DEADLINE_GRACE: Duration = Duration::from_secs(2);
-/// The event kind the approver puts in the turn's event stream, in order with the plugin's emits.
-pub const APPROVAL_EVENT: &str = "hai.approval_request";
-const MINUTE: Duration = Duration::from_secs(60);
 
 /// The `hai.*` bounds the hub enforces.
 #[derive(Debug, Clone)]
@@ -59,9 +55,7 @@ pub struct Limits {
     pub max_live: usize,
     pub max_live_per_ip: usize,
     pub new_per_ip_per_minute: u32,
-    pub max_pending: usize,
-    pub max_pending_per_ip: usize,
-    pub max_pending_per_connection: usize,
+    pub messages_per_minute: u32,
 }
 
 impl Limits {
@@ -71,9 +65,7 @@ impl Limits {
             max_live: config.max_live_sessions,
             max_live_per_ip: config.max_live_sessions_per_ip,
             new_per_ip_per_minute: config.new_sessions_per_ip_per_minute,
-            max_pending: config.max_pending_approvals,
-            max_pending_per_ip: config.max_pending_approvals_per_ip,
-            max_pending_per_connection: config.max_pending_approvals_per_connection,
+            messages_per_minute: config.messages_per_minute,
         }
     }
 }
@@ -95,20 +87,12 @@ pub enum Stored {
 #[derive(Default)]
 struct Table {
     sessions: HashMap<String, Arc<Session>>,
-    live_per_ip: HashMap<IpAddr, usize>,
-    /// When each client address created its sessions in the last minute.
-    created: HashMap<IpAddr, VecDeque<Instant>>,
 }
 
 impl Table {
     fn remove(&mut self, id: &str) {
-        if let Some(session) = self.sessions.remove(id)
-            && let Some(count) = self.live_per_ip.get_mut(&session.owner)
-        {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.live_per_ip.remove(&session.owner);
-            }
+        if let Some(session) = self.sessions.remove(id) {
+            session.place.lock().take();
         }
     }
 
@@ -129,39 +113,51 @@ impl Table {
             None => false,
         }
     }
-
-    fn prune_created(&mut self, now: Instant) {
-        self.created.retain(|_, times| {
-            while times.front().is_some_and(|at| now.duration_since(*at) >= MINUTE) {
-                times.pop_front();
-            }
-            !times.is_empty()
-        });
-    }
 }
 
-#[derive(Default)]
-struct ApprovalCounts {
-    total: usize,
-    per_ip: HashMap<IpAddr, usize>,
+/// How often a client address may create sessions, and a session take messages
+/// (the node's one rate table, [`crate::policy::rate`]).
+struct Rates {
+    created: RateTable<IpAddr>,
+    messages: RateTable<String>,
 }
 
 pub struct Hub {
     table: Mutex<Table>,
-    approvals: Mutex<ApprovalCounts>,
+    /// Live sessions per client address and in total ([`crate::policy::admission`]).
+    places: Admission<IpAddr>,
+    rates: Mutex<Rates>,
     limits: Limits,
     fleet: Option<FleetOut>,
+    /// The node's waiting approvals, where decisions from other nodes are delivered.
+    approvals: Approvals,
 }
 
 impl Hub {
     /// The session table; with `fleet`, its sessions' frames also go to the
     /// other nodes, and theirs come to this node's connections.
-    pub fn new(limits: Limits, fleet: Option<FleetOut>) -> Arc<Hub> {
+    pub fn new(limits: Limits, fleet: Option<FleetOut>, approvals: Approvals) -> Arc<Hub> {
+        // As many addresses and sessions as the live table holds, and room for churn.
+        let tracked = limits.max_live.saturating_mul(4).max(1_024);
+        let rates = Rates {
+            created: RateTable::new(tracked, limits.new_per_ip_per_minute),
+            messages: RateTable::new(tracked, limits.messages_per_minute),
+        };
+        // The keys are named as the refusal frames have always named them.
+        let places = Admission::new(Bounds {
+            total: limits.max_live,
+            total_key: "max_live_sessions",
+            per_client: limits.max_live_per_ip,
+            per_client_key: "max_live_sessions_per_ip",
+            wait: Duration::ZERO,
+        });
         let hub = Arc::new(Hub {
             table: Mutex::new(Table::default()),
-            approvals: Mutex::new(ApprovalCounts::default()),
+            places,
+            rates: Mutex::new(rates),
             limits,
             fleet,
+            approvals,
         });
         spawn_idle_sweeper(Arc::downgrade(&hub));
         if let Some(fleet) = &hub.fleet {
@@ -173,6 +169,11 @@ impl Hub {
     /// The other nodes of the fleet, if the store is shared.
     pub fn fleet(&self) -> Option<&FleetOut> {
         self.fleet.as_ref()
+    }
+
+    /// The node's waiting approvals.
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
     }
 
     /// The live session `id`, if it is in memory.
@@ -211,21 +212,20 @@ impl Hub {
             }
             Stored::Known(None) => return Err(HaiError::SessionSecret),
             Stored::Unknown => {
-                self.admit_creation(&mut table, ip)?;
+                self.admit_creation(ip)?;
                 let (secret, hash) = access::new_secret();
                 (hash, Some(secret))
             }
         };
-        self.make_room(&mut table, ip)?;
+        let place = self.place_for(&mut table, ip)?;
         let session = Arc::new(Session::new(
             id,
-            ip,
+            place,
             hash,
             self.limits.buffer_frames,
             self.fleet.clone(),
         ));
         table.sessions.insert(id.to_string(), session.clone());
-        *table.live_per_ip.entry(ip).or_default() += 1;
         Ok(match issued {
             Some(secret) => Opened::Created(session, secret),
             None => Opened::Existing(session),
@@ -240,83 +240,54 @@ impl Hub {
         Ok(Opened::Existing(session))
     }
 
-    /// Count a creation against the address's one-minute window.
-    fn admit_creation(&self, table: &mut Table, ip: IpAddr) -> Result<(), HaiError> {
-        let now = Instant::now();
-        let per_minute = self.limits.new_per_ip_per_minute;
-        if !table.created.contains_key(&ip) && table.created.len() >= self.limits.max_live.saturating_mul(4) {
-            table.prune_created(now);
-            if table.created.len() >= self.limits.max_live.saturating_mul(4) {
-                return Err(HaiError::TooManySessions {
-                    limit: "max_live_sessions",
-                    value: self.limits.max_live,
-                    retry_after_ms: MINUTE.as_millis() as u64,
-                });
-            }
-        }
-        let times = table.created.entry(ip).or_default();
-        while times.front().is_some_and(|at| now.duration_since(*at) >= MINUTE) {
-            times.pop_front();
-        }
-        if times.len() >= per_minute as usize {
-            let retry_after = times
-                .front()
-                .map(|oldest| MINUTE.saturating_sub(now.duration_since(*oldest)))
-                .unwrap_or(MINUTE);
-            return Err(HaiError::TooManySessions {
+    /// Count a creation against the address's rate.
+    fn admit_creation(&self, ip: IpAddr) -> Result<(), HaiError> {
+        self.rates
+            .lock()
+            .created
+            .admit(ip)
+            .map_err(|refusal| HaiError::TooManySessions {
                 limit: "new_sessions_per_ip_per_minute",
-                value: per_minute as usize,
-                retry_after_ms: retry_after.as_millis() as u64,
-            });
-        }
-        times.push_back(now);
+                value: self.limits.new_per_ip_per_minute as usize,
+                retry_after_ms: refusal.wait.as_millis() as u64,
+            })
+    }
+
+    /// Count one message of `session` against its rate.
+    pub fn admit_message(&self, session: &Session) -> Result<(), HaiError> {
+        self.rates
+            .lock()
+            .messages
+            .admit(session.id.clone())
+            .map_err(|refusal| HaiError::RateLimited {
+                per_minute: self.limits.messages_per_minute,
+                retry_after_ms: refusal.wait.as_millis() as u64,
+            })?;
+        session.touch();
         Ok(())
     }
 
-    /// Room for one more live session of `ip`: over its own cap its idle sessions
-    /// go first, so churn from one address never evicts another's.
-    fn make_room(&self, table: &mut Table, ip: IpAddr) -> Result<(), HaiError> {
-        let busy = |limit, value| HaiError::TooManySessions {
+    /// A live place for one more session of `ip`: over its own bound its idle
+    /// sessions go first, so churn from one address never evicts another's; at
+    /// the node's bound, the least recently used idle session of any address.
+    fn place_for(&self, table: &mut Table, ip: IpAddr) -> Result<Slot<IpAddr>, HaiError> {
+        let made_room = match self.places.try_admit(&ip) {
+            Ok(place) => return Ok(place),
+            Err(Refusal::PerClient { .. }) => table.evict_idle(Some(ip)),
+            Err(Refusal::Total { .. }) => table.evict_idle(None),
+        };
+        let refused = match self.places.try_admit(&ip) {
+            Ok(place) => return Ok(place),
+            Err(refusal) => refusal,
+        };
+        debug_assert!(!made_room || matches!(refused, Refusal::Total { .. }));
+        let (limit, value) = match refused {
+            Refusal::PerClient { limit, key } | Refusal::Total { limit, key } => (key, limit),
+        };
+        Err(HaiError::TooManySessions {
             limit,
             value,
             retry_after_ms: IDLE_KEEP.as_millis() as u64,
-        };
-        if table.live_per_ip.get(&ip).copied().unwrap_or(0) >= self.limits.max_live_per_ip
-            && !table.evict_idle(Some(ip))
-        {
-            return Err(busy("max_live_sessions_per_ip", self.limits.max_live_per_ip));
-        }
-        if table.sessions.len() >= self.limits.max_live && !table.evict_idle(None) {
-            return Err(busy("max_live_sessions", self.limits.max_live));
-        }
-        Ok(())
-    }
-
-    /// Reserve a pending approval for a turn started by `origin`; the ticket frees it.
-    fn reserve_approval(self: &Arc<Self>, origin: &Origin) -> Result<ApprovalTicket, HaiError> {
-        let limits = &self.limits;
-        let mut counts = self.approvals.lock();
-        let per_ip = counts.per_ip.get(&origin.ip).copied().unwrap_or(0);
-        let refused = |limit, value| Err(HaiError::TooManyApprovals { limit, value });
-        if origin.pending.load(Ordering::Relaxed) >= limits.max_pending_per_connection {
-            return refused(
-                "max_pending_approvals_per_connection",
-                limits.max_pending_per_connection,
-            );
-        }
-        if per_ip >= limits.max_pending_per_ip {
-            return refused("max_pending_approvals_per_ip", limits.max_pending_per_ip);
-        }
-        if counts.total >= limits.max_pending {
-            return refused("max_pending_approvals", limits.max_pending);
-        }
-        counts.total += 1;
-        *counts.per_ip.entry(origin.ip).or_default() += 1;
-        origin.pending.fetch_add(1, Ordering::Relaxed);
-        Ok(ApprovalTicket {
-            hub: self.clone(),
-            ip: origin.ip,
-            connection: origin.pending.clone(),
         })
     }
 
@@ -332,43 +303,20 @@ impl Hub {
         for id in idle {
             table.remove(&id);
         }
-        table.prune_created(Instant::now());
     }
 }
 
-/// Who started a turn: the connection's pending-approval count and its client address.
+/// Who started a turn: its client address, as the node's bounds count it.
 #[derive(Clone)]
 pub struct Origin {
     pub ip: IpAddr,
-    pub pending: Arc<AtomicUsize>,
 }
 
 impl Origin {
     pub fn new(ip: IpAddr) -> Origin {
         Origin {
             ip: access::client_key(ip),
-            pending: Arc::default(),
         }
-    }
-}
-
-struct ApprovalTicket {
-    hub: Arc<Hub>,
-    ip: IpAddr,
-    connection: Arc<AtomicUsize>,
-}
-
-impl Drop for ApprovalTicket {
-    fn drop(&mut self) {
-        let mut counts = self.hub.approvals.lock();
-        counts.total = counts.total.saturating_sub(1);
-        if let Some(count) = counts.per_ip.get_mut(&self.ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.per_ip.remove(&self.ip);
-            }
-        }
-        self.connection.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -386,23 +334,18 @@ fn spawn_idle_sweeper(hub: Weak<Hub>) {
     });
 }
 
-struct Pending {
-    reply: oneshot::Sender<ApprovalOutcome>,
-    _ticket: ApprovalTicket,
-}
-
 pub struct Session {
     pub id: String,
-    /// The client address that opened it into memory (what its live slot counts against).
+    /// The client address that opened it into memory (what its live place counts against).
     owner: IpAddr,
+    /// Its live place, given back when it leaves the table.
+    place: Mutex<Option<Slot<IpAddr>>>,
     /// SHA-256 of the session's secret.
     pub secret: SecretHash,
     /// The frame queue of every connection on this session.
     subscribers: Mutex<Vec<mpsc::Sender<Arc<str>>>>,
     /// Frames one connection may have waiting before it counts as too slow.
     buffer_frames: usize,
-    pending: Mutex<HashMap<String, Pending>>,
-    recent: Mutex<VecDeque<Instant>>,
     /// Held while a turn runs, so a session's messages are answered in order.
     pub turn: tokio::sync::Mutex<()>,
     queued: Mutex<usize>,
@@ -416,19 +359,18 @@ pub struct Session {
 impl Session {
     fn new(
         id: &str,
-        owner: IpAddr,
+        place: Slot<IpAddr>,
         secret: SecretHash,
         buffer_frames: usize,
         fleet: Option<FleetOut>,
     ) -> Session {
         Session {
             id: id.to_string(),
-            owner,
+            owner: *place.client(),
+            place: Mutex::new(Some(place)),
             secret,
             subscribers: Mutex::new(Vec::new()),
             buffer_frames,
-            pending: Mutex::new(HashMap::new()),
-            recent: Mutex::new(VecDeque::new()),
             turn: tokio::sync::Mutex::new(()),
             queued: Mutex::new(0),
             connections: AtomicUsize::new(0),
@@ -486,28 +428,6 @@ impl Session {
             });
     }
 
-    /// Count one message against the sliding one-minute window.
-    pub fn admit(&self, per_minute: u32) -> Result<(), HaiError> {
-        let now = Instant::now();
-        let mut recent = self.recent.lock();
-        while recent.front().is_some_and(|at| now.duration_since(*at) >= MINUTE) {
-            recent.pop_front();
-        }
-        if recent.len() >= per_minute as usize {
-            let retry_after = recent
-                .front()
-                .map(|oldest| MINUTE.saturating_sub(now.duration_since(*oldest)))
-                .unwrap_or(MINUTE);
-            return Err(HaiError::RateLimited {
-                per_minute,
-                retry_after_ms: retry_after.as_millis() as u64,
-            });
-        }
-        recent.push_back(now);
-        self.touch();
-        Ok(())
-    }
-
     /// Reserve a place in the turn queue; the guard frees it when the turn ends.
     pub fn enqueue(self: &Arc<Self>) -> Result<QueuedTurn, HaiError> {
         let mut queued = self.queued.lock();
@@ -520,52 +440,15 @@ impl Session {
         })
     }
 
-    fn register(
-        &self,
-        approval_id: &str,
-        ticket: ApprovalTicket,
-    ) -> Result<oneshot::Receiver<ApprovalOutcome>, HaiError> {
-        let mut pending = self.pending.lock();
-        if pending.len() >= MAX_PENDING_APPROVALS {
-            return Err(HaiError::TooManyApprovals {
-                limit: "pending approvals per session",
-                value: MAX_PENDING_APPROVALS,
-            });
-        }
-        let (reply, receiver) = oneshot::channel();
-        pending.insert(
-            approval_id.to_string(),
-            Pending {
-                reply,
-                _ticket: ticket,
-            },
-        );
-        Ok(receiver)
-    }
-
-    pub fn is_pending(&self, approval_id: &str) -> bool {
-        self.pending.lock().contains_key(approval_id)
-    }
-
-    /// Take a waiting approval out of this node's waits: the way to deliver the
-    /// decision. `Err` when nothing with that id waits here. (Who may decide is
-    /// settled before, by taking the approval's record from the store.)
-    pub fn take(&self, approval_id: &str) -> Result<Decision, HaiError> {
-        match self.pending.lock().remove(approval_id) {
-            Some(pending) => Ok(Decision(pending)),
-            None => Err(HaiError::UnknownApproval(approval_id.to_string())),
-        }
+    /// Who may answer this session's approvals ([`crate::runtime::approval`]).
+    pub fn approval_scope(&self) -> String {
+        approval_scope(&self.id)
     }
 }
 
-/// A taken approval, to be decided once its record is durable.
-pub struct Decision(Pending);
-
-impl Decision {
-    /// `false` when the tool call stopped waiting meanwhile (timed out, turn ended).
-    pub fn deliver(self, outcome: ApprovalOutcome) -> bool {
-        self.0.reply.send(outcome).is_ok()
-    }
+/// The approval scope of session `id`: any connection bound to it, on any node.
+pub fn approval_scope(id: &str) -> String {
+    format!("hai:{id}")
 }
 
 /// A connection's hold on its session.
@@ -596,19 +479,6 @@ impl Drop for QueuedTurn {
     }
 }
 
-/// Removes an approval from the pending set when its wait ends for any reason
-/// (answered, timed out, the turn dropped): a late answer then gets an error frame.
-struct PendingGuard<'a> {
-    session: &'a Session,
-    approval_id: String,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.session.pending.lock().remove(&self.approval_id);
-    }
-}
-
 /// What the host's approver saw of one tool call: the turn trusts tool frames of
 /// risky tools, and approval requests, only when they match one of these (a
 /// plugin can emit events of any kind, but cannot reach this table).
@@ -621,127 +491,101 @@ pub struct CallMark {
 
 pub type HostCalls = Arc<Mutex<HashMap<String, CallMark>>>;
 
-/// The host's [`Approver`] for one turn: asks every connection of the session
-/// and holds the plugin's tool call (a parked future, no thread) until one answers.
+/// The host's [`Approver`] for one turn: asks every connection of the session,
+/// through the turn's event stream, so the request reaches clients after what
+/// the plugin emitted before it.
 ///
 /// The approval is also a record in the store, so a connection of the session
 /// on any node can decide it; whoever takes the record decides (see [`super::fleet`]).
-/// The wait's own deadline takes it too, a little before the tool path gives
-/// up, so a timeout and a human's answer never both count.
+/// The deadline takes it too, so a timeout and a human's answer never both count.
 pub struct SessionApprover {
-    pub hub: Arc<Hub>,
     pub session: Arc<Session>,
-    /// The connection and address that started the turn, for the pending-approval bounds.
-    pub origin: Origin,
-    /// The turn's event stream, so the request reaches clients after what the plugin emitted before it.
     pub events: mpsc::Sender<PluginEvent>,
     pub calls: HostCalls,
     pub store: Store,
-    /// `tools.approval_timeout_ms`: how long the tool path waits for this approver.
-    pub timeout: Duration,
 }
 
 impl SessionApprover {
-    /// Wait for the decision until a little before the tool path's timeout, then
-    /// take the approval's record: if nobody had, it timed out and no answer can
-    /// count any more; if someone had, their decision is on its way.
-    async fn wait(&self, mut decision: oneshot::Receiver<ApprovalOutcome>, key: &[u8]) -> ApprovalOutcome {
-        let grace = (self.timeout / 10).min(MAX_DEADLINE_GRACE);
-        if let Ok(outcome) = tokio::time::timeout(self.timeout.saturating_sub(grace), &mut decision).await {
-            return outcome.unwrap_or(ApprovalOutcome::TimedOut);
-        }
-        match self
-            .store
-            .take::<ApprovalRecord>(Collection::Approvals, key)
-            .await
-        {
-            Ok(Some(_)) => ApprovalOutcome::TimedOut,
-            // The tool path's own timeout still bounds this wait.
-            Ok(None) => decision.await.unwrap_or(ApprovalOutcome::TimedOut),
-            Err(error) => {
-                tracing::warn!(transport = "hai", session = %access::session_tag(&self.session.id), %error, "hai: an approval's deadline could not claim it; it times out here");
-                ApprovalOutcome::TimedOut
-            }
-        }
-    }
-
-    fn refuse(&self, call_id: &str, error: HaiError) -> ApprovalOutcome {
-        let feedback = error.to_string();
-        self.calls.lock().insert(
-            call_id.to_string(),
-            CallMark {
-                approval_id: None,
-                approved: false,
-                refusal: Some(error),
-            },
-        );
-        ApprovalOutcome::Rejected {
-            feedback: Some(feedback),
-        }
+    fn mark(&self, call_id: &str, mark: CallMark) {
+        self.calls.lock().insert(call_id.to_string(), mark);
     }
 }
 
 #[async_trait::async_trait]
 impl Approver for SessionApprover {
-    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
-        let approval_id = format!("appr_{}", uuid::Uuid::new_v4().simple());
-        let ticket = match self.hub.reserve_approval(&self.origin) {
-            Ok(ticket) => ticket,
-            Err(error) => return self.refuse(&request.call_id, error),
-        };
-        let decision = match self.session.register(&approval_id, ticket) {
-            Ok(decision) => decision,
-            Err(error) => return self.refuse(&request.call_id, error),
-        };
-        let _guard = PendingGuard {
-            session: &self.session,
-            approval_id: approval_id.clone(),
-        };
-        let key = approval_key(&self.session.id, &approval_id);
+    fn scope(&self) -> String {
+        self.session.approval_scope()
+    }
+
+    async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
+        let key = approval_key(&self.session.id, &question.approval_id);
         let record = ApprovalRecord {
             session_id: self.session.id.clone(),
-            tool_name: request.tool_name.clone(),
-            call_id: request.call_id.clone(),
+            tool_name: question.tool_name.clone(),
+            call_id: question.call_id.clone(),
         };
-        let expires = now_ms().saturating_add(self.timeout.as_millis() as u64);
-        if let Err(error) = self
-            .store
+        // It outlives the deadline, which must find it to claim it; then it is taken.
+        let expires = question
+            .deadline_ms
+            .saturating_add(RECORD_MARGIN.as_millis() as u64);
+        self.store
             .put(Collection::Approvals, &key, &record, Some(expires))
             .await
-        {
-            return self.refuse(&request.call_id, error.into());
-        }
-        self.calls.lock().insert(
-            request.call_id.clone(),
+            .map_err(|error| error.to_string())?;
+        self.mark(
+            &question.call_id,
             CallMark {
-                approval_id: Some(approval_id.clone()),
+                approval_id: Some(question.approval_id.clone()),
                 approved: false,
                 refusal: None,
             },
         );
-        let event = PluginEvent {
-            kind: APPROVAL_EVENT.into(),
-            data: json!({
-                "approval_id": approval_id,
-                "call_id": request.call_id,
-                "tool_name": request.tool_name,
-                "arguments": request.arguments,
-                "risk": request.risk,
-                "description": request.description,
-            }),
-        };
-        if self.events.send(event).await.is_err() {
-            return ApprovalOutcome::Rejected {
-                feedback: Some("the session ended before anyone could approve".into()),
-            };
+        self.events
+            .send(question.event())
+            .await
+            .map_err(|_| "the session ended before anyone could approve".to_string())
+    }
+
+    /// Take the approval's record: if nobody had, it times out and no answer can
+    /// count any more; if someone had, their decision is on its way.
+    async fn claim_deadline(&self, question: &ApprovalAsked) -> bool {
+        let key = approval_key(&self.session.id, &question.approval_id);
+        match self
+            .store
+            .take::<ApprovalRecord>(Collection::Approvals, &key)
+            .await
+        {
+            Ok(taken) => taken.is_some(),
+            Err(error) => {
+                tracing::warn!(transport = "hai", session = %access::session_tag(&self.session.id), %error, "hai: an approval's deadline could not claim it; it times out here");
+                true
+            }
         }
-        let outcome = self.wait(decision, &key).await;
-        if outcome == ApprovalOutcome::Approved
-            && let Some(mark) = self.calls.lock().get_mut(&request.call_id)
+    }
+
+    fn settled(&self, question: &ApprovalAsked, outcome: &ApprovalOutcome) {
+        if *outcome == ApprovalOutcome::Approved
+            && let Some(mark) = self.calls.lock().get_mut(&question.call_id)
         {
             mark.approved = true;
         }
-        outcome
+    }
+
+    fn refused(&self, call_id: &str, refusal: &Refusal) {
+        let (key, limit) = match refusal {
+            Refusal::PerClient { limit, key } | Refusal::Total { limit, key } => (*key, *limit),
+        };
+        self.mark(
+            call_id,
+            CallMark {
+                approval_id: None,
+                approved: false,
+                refusal: Some(HaiError::TooManyApprovals {
+                    limit: key,
+                    value: limit,
+                }),
+            },
+        );
     }
 }
 
@@ -755,9 +599,7 @@ mod tests {
             max_live: 4,
             max_live_per_ip: 2,
             new_per_ip_per_minute: 3,
-            max_pending: 3,
-            max_pending_per_ip: 2,
-            max_pending_per_connection: 1,
+            messages_per_minute: 2,
         }
     }
 
@@ -775,21 +617,24 @@ mod tests {
 
     #[tokio::test]
     async fn rate_window_refuses_beyond_the_limit() {
-        let hub = Hub::new(limits(), None);
+        let hub = Hub::new(limits(), None, approvals(60_000));
         let (session, _) = create(&hub, "s", "10.0.0.1").unwrap();
-        assert!(session.admit(2).is_ok());
-        assert!(session.admit(2).is_ok());
+        assert!(hub.admit_message(&session).is_ok());
+        assert!(hub.admit_message(&session).is_ok());
         assert!(matches!(
-            session.admit(2),
+            hub.admit_message(&session),
             Err(HaiError::RateLimited { per_minute: 2, .. })
         ));
-        // Another session has its own window.
-        assert!(create(&hub, "t", "10.0.0.1").unwrap().0.admit(2).is_ok());
+        // Another session has its own rate.
+        assert!(
+            hub.admit_message(&create(&hub, "t", "10.0.0.1").unwrap().0)
+                .is_ok()
+        );
     }
 
     #[tokio::test]
     async fn a_session_opens_again_only_with_its_secret() {
-        let hub = Hub::new(limits(), None);
+        let hub = Hub::new(limits(), None, approvals(60_000));
         let (_held, secret) = create(&hub, "s", "10.0.0.1").unwrap();
         let open = |secret: Option<&str>| hub.open("s", secret, ip("10.0.0.9"), || Ok(Stored::Unknown));
         assert!(matches!(open(None), Err(HaiError::SessionSecret)));
@@ -810,7 +655,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bearer_id_opens_its_session_alone_live_or_stored() {
-        let hub = Hub::new(limits(), None);
+        let hub = Hub::new(limits(), None, approvals(60_000));
         let live = uuid::Uuid::new_v4().to_string();
         let (_held, _) = create(&hub, &live, "10.0.0.1").unwrap();
         let opened = hub.open(&live, None, ip("10.0.0.9"), || Ok(Stored::Unknown));
@@ -829,7 +674,7 @@ mod tests {
 
     #[tokio::test]
     async fn creation_is_capped_per_address_and_idle_sessions_make_room() {
-        let hub = Hub::new(limits(), None);
+        let hub = Hub::new(limits(), None, approvals(60_000));
         // Two live per address: a third evicts the address's own idle session.
         let (held, _) = create(&hub, "a1", "10.0.0.1").unwrap();
         drop(create(&hub, "a2", "10.0.0.1").unwrap());
@@ -867,67 +712,37 @@ mod tests {
         drop((held, other, other2));
     }
 
-    #[tokio::test]
-    async fn pending_approvals_are_bounded_per_connection_address_and_in_total() {
-        let hub = Hub::new(limits(), None);
-        let a = Origin::new(ip("10.0.0.1"));
-        let a_other = Origin::new(ip("10.0.0.1"));
-        let b = Origin::new(ip("10.0.0.2"));
-        let first = hub.reserve_approval(&a).unwrap();
-        assert!(matches!(
-            hub.reserve_approval(&a),
-            Err(HaiError::TooManyApprovals {
-                limit: "max_pending_approvals_per_connection",
-                ..
-            })
-        ));
-        let _second = hub.reserve_approval(&a_other).unwrap();
-        assert!(matches!(
-            hub.reserve_approval(&Origin::new(ip("10.0.0.1"))),
-            Err(HaiError::TooManyApprovals {
-                limit: "max_pending_approvals_per_ip",
-                ..
-            })
-        ));
-        let _third = hub.reserve_approval(&b).unwrap();
-        assert!(matches!(
-            hub.reserve_approval(&Origin::new(ip("10.0.0.3"))),
-            Err(HaiError::TooManyApprovals {
-                limit: "max_pending_approvals",
-                ..
-            })
-        ));
-        // A ticket dropped frees its place on every count.
-        drop(first);
-        assert!(hub.reserve_approval(&a).is_ok());
+    fn approvals(timeout_ms: u64) -> Approvals {
+        let tools = crate::config::ToolsConfig {
+            approval_threshold: "high".into(),
+            approval_timeout_ms: timeout_ms,
+            max_waiting_approvals_per_client: 4,
+            max_waiting_approvals_per_transport: 16,
+        };
+        Approvals::new(&tools, 32)
     }
 
     /// An approver for session `session`'s turns, its event stream and its call marks.
     fn approver(
-        hub: &Arc<Hub>,
         session: &Arc<Session>,
         store: &Store,
-        timeout: Duration,
     ) -> (SessionApprover, mpsc::Receiver<PluginEvent>, HostCalls) {
         let (events, stream) = mpsc::channel(4);
         let calls = HostCalls::default();
         let approver = SessionApprover {
-            hub: hub.clone(),
             session: session.clone(),
-            origin: Origin::new(ip("10.0.0.1")),
             events,
             calls: calls.clone(),
             store: store.clone(),
-            timeout,
         };
         (approver, stream, calls)
     }
 
-    fn risky_call() -> ApprovalRequest {
-        ApprovalRequest {
+    fn risky_call() -> crate::runtime::ApprovalRequest {
+        crate::runtime::ApprovalRequest {
             call_id: "c".into(),
             tool_name: "t".into(),
-            arguments: json!({}),
+            arguments: serde_json::json!({}),
             risk: crate::runtime::Risk::High,
             description: "d".into(),
         }
@@ -935,48 +750,53 @@ mod tests {
 
     #[tokio::test]
     async fn the_deadline_claims_an_unanswered_approval_so_no_later_answer_counts() {
-        let hub = Hub::new(limits(), None);
+        let approvals = approvals(300);
+        let hub = Hub::new(limits(), None, approvals.clone());
         let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
         let store = Store::temporary().unwrap();
-        let (approver, mut stream, _) = approver(&hub, &a, &store, Duration::from_millis(300));
-        let waiting = tokio::spawn(async move { approver.approve(risky_call()).await });
-        let id = stream.recv().await.unwrap().data["approval_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let key = approval_key("a", &id);
+        let (approver, mut stream, calls) = approver(&a, &store);
+        let waiting = {
+            let approvals = approvals.clone();
+            tokio::spawn(async move { approvals.ask(&approver, None, risky_call()).await })
+        };
+        let asked = ApprovalAsked::from_event(&stream.recv().await.unwrap()).expect("the question");
+        assert_eq!(
+            calls.lock()["c"].approval_id.as_deref(),
+            Some(asked.approval_id.as_str())
+        );
+        let key = approval_key("a", &asked.approval_id);
         let record: Option<ApprovalRecord> = store.get(Collection::Approvals, &key).await.unwrap();
         assert_eq!(record.map(|r| r.tool_name).as_deref(), Some("t"));
-        assert_eq!(waiting.await.unwrap(), ApprovalOutcome::TimedOut);
+        assert_eq!(waiting.await.unwrap(), Ok(ApprovalOutcome::TimedOut));
         // The wait took the record: an answer now finds nothing to decide.
         let late: Option<ApprovalRecord> = store.take(Collection::Approvals, &key).await.unwrap();
         assert!(late.is_none());
+        assert!(!calls.lock()["c"].approved);
     }
 
     #[tokio::test]
-    async fn approvals_resolve_once_and_only_in_their_session() {
-        let hub = Hub::new(limits(), None);
+    async fn a_decision_taken_on_another_node_is_awaited_past_the_deadline() {
+        let approvals = approvals(100);
+        let hub = Hub::new(limits(), None, approvals.clone());
         let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
-        let (b, _) = create(&hub, "b", "10.0.0.2").unwrap();
         let store = Store::temporary().unwrap();
-        let (approver, mut stream, calls) = approver(&hub, &a, &store, Duration::from_secs(60));
-        let request = risky_call();
-        let waiting = tokio::spawn(async move { approver.approve(request).await });
-        let event = stream.recv().await.unwrap();
-        let id = event.data["approval_id"].as_str().unwrap().to_string();
-        assert_eq!(calls.lock()["c"].approval_id.as_deref(), Some(id.as_str()));
-        assert!(b.take(&id).is_err());
-        let decision = a.take(&id).unwrap();
-        assert!(a.take(&id).is_err(), "taken once");
-        assert!(decision.deliver(ApprovalOutcome::Rejected {
-            feedback: Some("no".into())
-        }));
-        assert_eq!(
-            waiting.await.unwrap(),
-            ApprovalOutcome::Rejected {
-                feedback: Some("no".into())
-            }
-        );
-        assert!(!calls.lock()["c"].approved);
+        let (approver, mut stream, calls) = approver(&a, &store);
+        let waiting = {
+            let approvals = approvals.clone();
+            tokio::spawn(async move { approvals.ask(&approver, None, risky_call()).await })
+        };
+        let asked = ApprovalAsked::from_event(&stream.recv().await.unwrap()).expect("the question");
+        // Another node's connection took the record: its decision comes over the bus, late.
+        let key = approval_key("a", &asked.approval_id);
+        let taken: Option<ApprovalRecord> = store.take(Collection::Approvals, &key).await.unwrap();
+        assert!(taken.is_some());
+        // Well past the deadline (90 ms): the wait found the record taken and goes on.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let decision = approvals
+            .take(&a.approval_scope(), &asked.approval_id)
+            .expect("still waiting");
+        assert!(decision.deliver(ApprovalOutcome::Approved));
+        assert_eq!(waiting.await.unwrap(), Ok(ApprovalOutcome::Approved));
+        assert!(calls.lock()["c"].approved);
     }
 }

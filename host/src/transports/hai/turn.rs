@@ -26,12 +26,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::session::{APPROVAL_EVENT, HostCalls, Origin, QueuedTurn, Session, SessionApprover};
+use super::session::{HostCalls, Origin, QueuedTurn, Session, SessionApprover};
 use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
 use super::{HaiError, Shared, history_id};
 use serde::Deserialize;
 
-use crate::runtime::{Call, Exchange, Phase, PluginEvent, Risk, TransportKind};
+use crate::runtime::approval::APPROVAL_ASKED;
+use crate::runtime::{ApprovalAsked, Call, Exchange, Phase, PluginEvent, Risk, TransportKind};
 use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -94,13 +95,10 @@ async fn answer(
     let host_calls = HostCalls::default();
     let owner = origin.ip;
     let approver = Arc::new(SessionApprover {
-        hub: shared.hub.clone(),
         session: session.clone(),
-        origin,
         events: events.clone(),
         calls: host_calls.clone(),
         store: shared.node.store.clone(),
-        timeout: std::time::Duration::from_millis(shared.node.config.tools.approval_timeout_ms),
     });
     let exchange = Exchange::new()
         .with_events(events)
@@ -206,7 +204,12 @@ impl Turn<'_> {
                     .as_str()
                     .map(|r| truncate_chars(r, MAX_REASONING_CHARS));
             }
-            APPROVAL_EVENT => self.approval_request(&event.data).await,
+            APPROVAL_ASKED => match ApprovalAsked::from_event(&event) {
+                Some(asked) => self.approval_request(asked).await,
+                None => {
+                    tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: a malformed approval request was dropped")
+                }
+            },
             "tool_call" => self.tool_call(&event.data).await,
             other => tracing::debug!(kind = other, "hai: event kind ignored"),
         }
@@ -240,25 +243,32 @@ impl Turn<'_> {
         }
     }
 
-    async fn approval_request(&mut self, data: &Value) {
-        let approval_id = data["approval_id"].as_str().unwrap_or_default();
-        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
+    async fn approval_request(&mut self, asked: ApprovalAsked) {
+        let ApprovalAsked {
+            approval_id,
+            call_id,
+            tool_name,
+            arguments: parameters,
+            risk,
+            description,
+            ..
+        } = asked;
         // Only the host's approver registers approvals; anything else is not one.
         let asked = self
             .host_calls
             .lock()
             .get(&call_id)
-            .is_some_and(|mark| mark.approval_id.as_deref() == Some(approval_id));
-        if !asked || !self.session.is_pending(approval_id) || self.calls.contains_key(&call_id) {
+            .is_some_and(|mark| mark.approval_id.as_deref() == Some(approval_id.as_str()));
+        let waiting = self
+            .shared
+            .node
+            .runtime
+            .approvals()
+            .is_waiting(&self.session.approval_scope(), &approval_id);
+        if !asked || !waiting || self.calls.contains_key(&call_id) {
             tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: an approval request not from the host was dropped");
             return;
         }
-        let tool_name = data["tool_name"].as_str().unwrap_or_default().to_string();
-        let parameters = data["arguments"].clone();
-        let risk = data["risk"]
-            .as_str()
-            .and_then(crate::runtime::Risk::parse)
-            .unwrap_or(crate::runtime::Risk::Critical);
         let reasoning = self
             .reasoning
             .take()
@@ -267,7 +277,7 @@ impl Turn<'_> {
             call_id,
             KnownCall {
                 parameters: parameters.clone(),
-                approval_id: Some(approval_id.to_string()),
+                approval_id: Some(approval_id.clone()),
                 started: false,
                 ended: false,
             },
@@ -279,12 +289,12 @@ impl Turn<'_> {
         .await;
         self.session.publish(&Outbound::ToolApprovalRequest {
             tool_name,
-            tool_description: data["description"].as_str().unwrap_or_default().to_string(),
+            tool_description: description,
             parameters,
             reasoning,
             risk_level: risk,
             session_id: self.session_id(),
-            approval_id: approval_id.to_string(),
+            approval_id,
         });
     }
 

@@ -126,9 +126,7 @@ async fn receive(
     match message {
         Inbound::Notification { .. } => StatusCode::ACCEPTED.into_response(),
         Inbound::Response { id, outcome } => {
-            if !session.answer(&id, outcome) {
-                tracing::debug!(session = %session.id, %id, "mcp: an answer to no open request");
-            }
+            tools::answer(&shared, &session, &id, outcome).await;
             StatusCode::ACCEPTED.into_response()
         }
         Inbound::Request { id, method, params } => {

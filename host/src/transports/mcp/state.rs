@@ -31,13 +31,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::error::McpError;
 use super::tools::Validators;
 use crate::listener::caps::client_key;
 use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
+use crate::runtime::ApprovalOutcome;
 use crate::store::now_ms;
 
 pub type Shared = Arc<Mcp>;
@@ -71,8 +72,6 @@ pub struct McpSession {
     calls: Arc<Semaphore>,
     /// The notification stream (`GET`): one at a time.
     listening: Mutex<bool>,
-    /// Approval forms sent and not yet answered, by request id.
-    pending: Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>,
     ended: watch::Sender<bool>,
 }
 
@@ -175,7 +174,6 @@ impl Mcp {
             in_use: AtomicUsize::new(0),
             calls: Arc::new(Semaphore::new(self.node.config.mcp.max_calls_per_session)),
             listening: Mutex::new(false),
-            pending: Mutex::default(),
             ended: watch::Sender::new(false),
         })
     }
@@ -200,7 +198,12 @@ impl Mcp {
     /// What ending a session, already out of the table, does.
     async fn close(&self, session: Arc<McpSession>) {
         session.ended.send_replace(true);
-        session.pending.lock().clear();
+        self.node.runtime.approvals().settle_scope(
+            &session.approval_scope(),
+            ApprovalOutcome::Rejected {
+                feedback: Some("the MCP session ended".into()),
+            },
+        );
         if let Err(error) = self.node.store.remove_history(&session.history_id()).await {
             tracing::warn!(session = %session.id, %error, "mcp: session history not removed");
         }
@@ -289,24 +292,9 @@ impl McpSession {
         self.ended.subscribe()
     }
 
-    /// Wait for the answer to request `id`, which is about to be sent.
-    pub fn expect_answer(&self, id: &str) -> oneshot::Receiver<Result<Value, Value>> {
-        let (answer, receiver) = oneshot::channel();
-        self.pending.lock().insert(id.to_string(), answer);
-        receiver
-    }
-
-    pub fn forget_answer(&self, id: &str) {
-        self.pending.lock().remove(id);
-    }
-
-    /// Hand a client's answer to whoever waits for it; `false` if nobody does.
-    pub fn answer(&self, id: &Value, outcome: Result<Value, Value>) -> bool {
-        let Some(id) = id.as_str() else { return false };
-        match self.pending.lock().remove(id) {
-            Some(waiter) => waiter.send(outcome).is_ok(),
-            None => false,
-        }
+    /// Who may answer this session's approval forms: a response in this session.
+    pub fn approval_scope(&self) -> String {
+        format!("mcp:{}", self.id)
     }
 }
 

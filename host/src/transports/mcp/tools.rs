@@ -22,7 +22,7 @@ use super::state::{McpSession, Shared};
 use super::wire::{ElicitAnswer, ToolCallParams, elicit_answer};
 use crate::runtime::manifest::ToolSpec;
 use crate::runtime::{
-    ApprovalOutcome, ApprovalRequest, Approver, Exchange, LoadedPlugin, Registry, Risk, ToolError,
+    ApprovalAsked, ApprovalOutcome, Approver, Exchange, LoadedPlugin, Registry, Risk, ToolError,
 };
 
 /// The manifest's marker of a tool that only reads (`"x-read-only": true` at the
@@ -202,7 +202,6 @@ pub async fn call(
     let mut exchange = Exchange::new().with_caller("mcp", session.client.to_string());
     let approver = match stream {
         Some(stream) if session.elicitation => Some(Arc::new(FormApprover {
-            shared: shared.clone(),
             session: session.clone(),
             stream,
         })),
@@ -247,104 +246,93 @@ pub async fn call(
     answer
 }
 
-/// Asks the client's human with a form on the call's stream.
+/// Asks the client's human with a form on the call's stream; the answer comes
+/// back as a response in the session ([`answer`]).
 struct FormApprover {
-    shared: Shared,
     session: Arc<McpSession>,
     stream: mpsc::Sender<Value>,
 }
 
 #[async_trait::async_trait]
 impl Approver for FormApprover {
-    async fn approve(&self, request: ApprovalRequest) -> ApprovalOutcome {
-        let id = format!("approval-{}", request.call_id);
-        let answer = self.session.expect_answer(&id);
-        // The form is withdrawn (a cancellation on the stream) if the call stops waiting for it.
-        let mut pending = PendingForm {
-            id: id.clone(),
-            session: &self.session,
-            stream: &self.stream,
-            answered: false,
-        };
+    fn scope(&self) -> String {
+        self.session.approval_scope()
+    }
+
+    async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
         let form = json!({
             "jsonrpc": "2.0",
-            "id": id,
+            "id": question.approval_id,
             "method": "elicitation/create",
-            "params": approval_form(&request, self.session.protocol_version),
+            "params": approval_form(question, self.session.protocol_version),
         });
-        let decision = if self.stream.send(form).await.is_err() {
-            ElicitAnswer::Failed("the client's stream closed".into())
-        } else {
-            match answer.await {
-                Ok(outcome) => elicit_answer(outcome),
-                Err(_) => ElicitAnswer::Failed("the session ended".into()),
-            }
-        };
-        pending.answered = true;
-        let (action, outcome) = match decision {
-            ElicitAnswer::Approved => ("accept", ApprovalOutcome::Approved),
-            ElicitAnswer::Rejected { feedback } => ("accept", ApprovalOutcome::Rejected { feedback }),
-            ElicitAnswer::Declined => (
-                "decline",
-                ApprovalOutcome::Rejected {
-                    feedback: Some("the approval was declined".into()),
-                },
-            ),
-            ElicitAnswer::Cancelled => (
-                "cancel",
-                ApprovalOutcome::Rejected {
-                    feedback: Some("the approval was cancelled".into()),
-                },
-            ),
-            ElicitAnswer::Failed(why) => (
-                "error",
-                ApprovalOutcome::Rejected {
-                    feedback: Some(format!("no approval could be asked: {why}")),
-                },
-            ),
-        };
-        let (approved, feedback) = match &outcome {
-            ApprovalOutcome::Approved => (true, None),
-            ApprovalOutcome::Rejected { feedback } => (false, feedback.clone()),
-            ApprovalOutcome::TimedOut => (false, None),
-        };
-        self.shared
-            .record(
-                &self.session,
-                "approval",
-                json!({"approval_id": id, "tool_name": request.tool_name, "action": action,
-                       "approved": approved, "feedback": feedback}),
-            )
-            .await;
-        outcome
+        self.stream
+            .send(form)
+            .await
+            .map_err(|_| "the client's stream closed".to_string())
+    }
+
+    fn withdraw(&self, question: &ApprovalAsked) {
+        // Timed out or the call went away: tell the client the form is moot.
+        let _ = self.stream.try_send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": question.approval_id, "reason": "the approval is no longer needed (timed out or the call ended)"},
+        }));
     }
 }
 
-/// An approval form sent and not answered yet.
-struct PendingForm<'a> {
-    id: String,
-    session: &'a McpSession,
-    stream: &'a mpsc::Sender<Value>,
-    answered: bool,
-}
-
-impl Drop for PendingForm<'_> {
-    fn drop(&mut self) {
-        self.session.forget_answer(&self.id);
-        if !self.answered {
-            // Timed out or the call went away: tell the client the form is moot.
-            let _ = self.stream.try_send(json!({
-                "jsonrpc": "2.0",
-                "method": "notifications/cancelled",
-                "params": {"requestId": self.id, "reason": "the approval is no longer needed (timed out or the call ended)"},
-            }));
-        }
-    }
+/// A client's response in `session`: the answer to one of its approval forms,
+/// which decides the waiting call once and goes to the session's history.
+pub async fn answer(shared: &Shared, session: &McpSession, id: &Value, response: Result<Value, Value>) {
+    let decision = id.as_str().and_then(|id| {
+        shared
+            .node
+            .runtime
+            .approvals()
+            .take(&session.approval_scope(), id)
+    });
+    let Some(decision) = decision else {
+        tracing::debug!(session = %session.id, %id, "mcp: an answer to no open request");
+        return;
+    };
+    let (action, outcome) = match elicit_answer(response) {
+        ElicitAnswer::Approved => ("accept", ApprovalOutcome::Approved),
+        ElicitAnswer::Rejected { feedback } => ("accept", ApprovalOutcome::Rejected { feedback }),
+        ElicitAnswer::Declined => (
+            "decline",
+            ApprovalOutcome::Rejected {
+                feedback: Some("the approval was declined".into()),
+            },
+        ),
+        ElicitAnswer::Cancelled => (
+            "cancel",
+            ApprovalOutcome::Rejected {
+                feedback: Some("the approval was cancelled".into()),
+            },
+        ),
+        ElicitAnswer::Failed(why) => (
+            "error",
+            ApprovalOutcome::Rejected {
+                feedback: Some(format!("no approval could be asked: {why}")),
+            },
+        ),
+    };
+    let (approved, feedback) = match &outcome {
+        ApprovalOutcome::Approved => (true, None),
+        ApprovalOutcome::Rejected { feedback } => (false, feedback.clone()),
+        ApprovalOutcome::TimedOut => (false, None),
+    };
+    let entry = json!({"approval_id": decision.asked.approval_id, "tool_name": decision.asked.tool_name,
+                       "action": action, "approved": approved, "feedback": feedback});
+    // Recorded before the tool may run, as every transport's decision is.
+    shared.record(session, "approval", entry).await;
+    decision.deliver(outcome);
 }
 
 /// `elicitation/create`'s parameters: a flat form of primitives, as the
 /// specification restricts `requestedSchema`, with the call in the message.
-fn approval_form(request: &ApprovalRequest, protocol_version: &str) -> Value {
+fn approval_form(request: &ApprovalAsked, protocol_version: &str) -> Value {
     let mut parameters = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
     if parameters.chars().count() > MAX_FORM_PARAMETERS_CHARS {
         parameters = parameters

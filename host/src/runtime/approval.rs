@@ -1,0 +1,500 @@
+//! One approval path for every transport: a tool call that needs a human's
+//! yes waits here, whichever protocol its human speaks.
+//!
+//! HAI, A2A and MCP each once owned an id format, an "approval asked" event,
+//! a deadline and a way to withdraw the question, and each copy drifted (three
+//! deadlines, one of them past the tool path's own timeout; two id formats).
+//! Now a pending approval is one entry of [`Approvals`], the node-wide table:
+//! - it owns its id (`appr_` and 32 hex digits), its question
+//!   ([`ApprovalAsked`], the one payload every transport's event carries) and
+//!   one deadline, `tools.approval_timeout_ms` less a grace (a tenth, at most
+//!   2 s), so the deadline always ends the wait before the tool path's outer
+//!   timeout does and the outcome is "timed out", never a cut-off;
+//! - its place is shared fairly ([`crate::policy::admission`]): one caller holds
+//!   at most `tools.max_waiting_approvals_per_client` and one transport at most
+//!   `tools.max_waiting_approvals_per_transport`, so no address and no protocol
+//!   can take every place from the others' humans;
+//! - a guard withdraws it when the wait ends unanswered however it ends (the
+//!   deadline, or the call dropped), so a late answer finds nothing to decide;
+//! - an answer is taken out of the table once ([`Approvals::take`]), so two
+//!   answers, or an answer racing the deadline, never both count.
+//!
+//! A transport keeps only what its protocol says: how to put the question to
+//! its client and how to read the answer (an [`Approver`]), and who may answer
+//! (the approval's *scope*: its HAI session, A2A task or MCP session). The
+//! table also lists every waiting approval, so the node can show one queue.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::exchange::{ApprovalOutcome, ApprovalRequest, Caller, PluginEvent};
+use crate::config::ToolsConfig;
+use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
+use crate::store::now_ms;
+use crate::vocab::Risk;
+
+/// The kind of the event an approver puts in its exchange's event stream, so
+/// the question reaches its client in order after what the plugin emitted.
+/// Host-only (`host.`): a plugin's `emit` of it is refused.
+pub const APPROVAL_ASKED: &str = "host.approval_asked";
+
+/// The longest grace between the approval's deadline and the tool path's timeout.
+const MAX_DEADLINE_GRACE: Duration = Duration::from_secs(2);
+
+/// A question put to a human: what every transport shows of a pending approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalAsked {
+    pub approval_id: String,
+    /// The tool call it gates (its lifecycle events carry the same id).
+    pub call_id: String,
+    pub tool_name: String,
+    pub arguments: Value,
+    pub risk: Risk,
+    pub description: String,
+    /// Unix milliseconds after which no answer counts.
+    pub deadline_ms: u64,
+}
+
+impl ApprovalAsked {
+    /// The question as an event of the exchange ([`APPROVAL_ASKED`]).
+    pub fn event(&self) -> PluginEvent {
+        PluginEvent {
+            kind: APPROVAL_ASKED.into(),
+            data: serde_json::to_value(self).unwrap_or(Value::Null),
+        }
+    }
+
+    /// The question an [`APPROVAL_ASKED`] event carries; `None` for any other event.
+    pub fn from_event(event: &PluginEvent) -> Option<ApprovalAsked> {
+        if event.kind != APPROVAL_ASKED {
+            return None;
+        }
+        ApprovalAsked::deserialize(&event.data).ok()
+    }
+}
+
+/// A waiting approval as the node lists it: the question, and whose it is.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitingApproval {
+    #[serde(flatten)]
+    pub asked: ApprovalAsked,
+    /// Who may answer: the transport's own unit (`hai:<session>`, `a2a:<task>`, `mcp:<session>`).
+    pub scope: String,
+    /// The caller whose call waits (`None`: the node's own call).
+    pub transport: Option<&'static str>,
+    pub client: Option<String>,
+    pub asked_at_ms: u64,
+}
+
+/// How a transport asks its client's human, and what it must know of the wait.
+/// Everything else (the id, the deadline, the places, the withdrawal on drop)
+/// is [`Approvals`]'.
+#[async_trait::async_trait]
+pub trait Approver: Send + Sync {
+    /// Who may answer (see [`Approvals::take`]).
+    fn scope(&self) -> String;
+
+    /// Put the question to the client. The approval is in the table already,
+    /// so an answer may arrive before this returns. `Err` says why it could not
+    /// be asked: the tool does not run.
+    async fn ask(&self, question: &ApprovalAsked) -> Result<(), String>;
+
+    /// At the deadline, before the approval times out: `false` when an answer
+    /// has been taken elsewhere (another node of a fleet) and is on its way, so
+    /// the wait goes on for it.
+    async fn claim_deadline(&self, _question: &ApprovalAsked) -> bool {
+        true
+    }
+
+    /// The question is moot (the deadline passed, the call ended unanswered):
+    /// tell the client, if its protocol can. Called from a drop: must not wait.
+    fn withdraw(&self, _question: &ApprovalAsked) {}
+
+    /// How the wait ended, answered or not.
+    fn settled(&self, _question: &ApprovalAsked, _outcome: &ApprovalOutcome) {}
+
+    /// No question was asked: a bound of the node refused the approval a place.
+    fn refused(&self, _call_id: &str, _refusal: &Refusal) {}
+}
+
+struct Entry {
+    listed: WaitingApproval,
+    reply: oneshot::Sender<ApprovalOutcome>,
+}
+
+struct Inner {
+    timeout: Duration,
+    waiting: Mutex<HashMap<String, Entry>>,
+    by_client: Admission<String>,
+    by_transport: Admission<&'static str>,
+}
+
+/// Every approval waiting on this node (see the module docs).
+#[derive(Clone)]
+pub struct Approvals {
+    inner: Arc<Inner>,
+}
+
+/// A taken approval: deliver the decision once it is durable where it must be.
+pub struct Decision {
+    reply: oneshot::Sender<ApprovalOutcome>,
+    pub asked: ApprovalAsked,
+}
+
+impl Decision {
+    /// `false` when the call stopped waiting meanwhile (its wait was dropped).
+    pub fn deliver(self, outcome: ApprovalOutcome) -> bool {
+        self.reply.send(outcome).is_ok()
+    }
+}
+
+impl Approvals {
+    /// `total` places, shared by client and by transport as `tools` says.
+    pub(crate) fn new(tools: &ToolsConfig, total: usize) -> Approvals {
+        let share = |per: usize, per_key: &'static str| Bounds {
+            total,
+            total_key: "plugins.max_parked_calls",
+            per_client: per,
+            per_client_key: per_key,
+            wait: Duration::ZERO,
+        };
+        Approvals {
+            inner: Arc::new(Inner {
+                timeout: Duration::from_millis(tools.approval_timeout_ms),
+                waiting: Mutex::new(HashMap::new()),
+                by_client: Admission::new(share(
+                    tools.max_waiting_approvals_per_client,
+                    "tools.max_waiting_approvals_per_client",
+                )),
+                by_transport: Admission::new(share(
+                    tools.max_waiting_approvals_per_transport,
+                    "tools.max_waiting_approvals_per_transport",
+                )),
+            }),
+        }
+    }
+
+    /// How long the tool path waits for an approval in all (`tools.approval_timeout_ms`).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Ask `approver`'s human about `request` for `caller`, and wait for the
+    /// answer or the deadline. `Err`: no place was free; nothing was asked.
+    pub(crate) async fn ask(
+        &self,
+        approver: &dyn Approver,
+        caller: Option<&Caller>,
+        request: ApprovalRequest,
+    ) -> Result<ApprovalOutcome, Refusal> {
+        let share = match self.share(caller) {
+            Ok(share) => share,
+            Err(refusal) => {
+                approver.refused(&request.call_id, &refusal);
+                return Err(refusal);
+            }
+        };
+        let timeout = self.inner.timeout;
+        let until_deadline = timeout.saturating_sub((timeout / 10).min(MAX_DEADLINE_GRACE));
+        let asked = ApprovalAsked {
+            approval_id: format!("appr_{}", uuid::Uuid::new_v4().simple()),
+            call_id: request.call_id,
+            tool_name: request.tool_name,
+            arguments: request.arguments,
+            risk: request.risk,
+            description: request.description,
+            deadline_ms: now_ms().saturating_add(until_deadline.as_millis() as u64),
+        };
+        let (reply, mut answer) = oneshot::channel();
+        self.inner.waiting.lock().insert(
+            asked.approval_id.clone(),
+            Entry {
+                listed: WaitingApproval {
+                    asked: asked.clone(),
+                    scope: approver.scope(),
+                    transport: caller.map(|caller| caller.transport),
+                    client: caller.map(|caller| caller.client.clone()),
+                    asked_at_ms: now_ms(),
+                },
+                reply,
+            },
+        );
+        let mut wait = Wait {
+            approvals: self,
+            approver,
+            asked: &asked,
+            answered: false,
+            _share: share,
+        };
+        if let Err(why) = approver.ask(&asked).await {
+            wait.answered = true;
+            self.remove(&asked.approval_id);
+            return Ok(ApprovalOutcome::Rejected {
+                feedback: Some(format!("no approval could be asked: {why}")),
+            });
+        }
+        let deadline = tokio::time::Instant::now() + until_deadline;
+        let outcome = match tokio::time::timeout_at(deadline, &mut answer).await {
+            Ok(answered) => answered.ok(),
+            // Nobody took it: it times out here, and no answer can count any more.
+            Err(_) if approver.claim_deadline(&asked).await && self.remove(&asked.approval_id) => None,
+            // An answer was taken meanwhile; the tool path's own timeout still bounds this.
+            Err(_) => answer.await.ok(),
+        };
+        wait.answered = outcome.is_some();
+        let outcome = outcome.unwrap_or(ApprovalOutcome::TimedOut);
+        approver.settled(&asked, &outcome);
+        Ok(outcome)
+    }
+
+    fn share(&self, caller: Option<&Caller>) -> Result<Option<Share>, Refusal> {
+        let Some(caller) = caller else { return Ok(None) };
+        let client = self.inner.by_client.try_admit(&caller.client)?;
+        let transport = self.inner.by_transport.try_admit(&caller.transport)?;
+        Ok(Some((client, transport)))
+    }
+
+    /// Take approval `approval_id` out of the table to decide it, if it waits
+    /// and `scope` may answer it. Nobody else can take it after this.
+    pub fn take(&self, scope: &str, approval_id: &str) -> Option<Decision> {
+        let mut waiting = self.inner.waiting.lock();
+        if waiting.get(approval_id)?.listed.scope != scope {
+            return None;
+        }
+        let entry = waiting.remove(approval_id)?;
+        Some(Decision {
+            reply: entry.reply,
+            asked: entry.listed.asked,
+        })
+    }
+
+    /// Whether approval `approval_id` of `scope` waits for an answer.
+    pub fn is_waiting(&self, scope: &str, approval_id: &str) -> bool {
+        self.inner
+            .waiting
+            .lock()
+            .get(approval_id)
+            .is_some_and(|entry| entry.listed.scope == scope)
+    }
+
+    /// End every approval of `scope` with `outcome` (its session ended).
+    pub fn settle_scope(&self, scope: &str, outcome: ApprovalOutcome) {
+        let ended: Vec<Entry> = {
+            let mut waiting = self.inner.waiting.lock();
+            let ids: Vec<String> = waiting
+                .iter()
+                .filter(|(_, entry)| entry.listed.scope == scope)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| waiting.remove(id)).collect()
+        };
+        for entry in ended {
+            let _ = entry.reply.send(outcome.clone());
+        }
+    }
+
+    /// Every approval waiting now, oldest first.
+    pub fn waiting(&self) -> Vec<WaitingApproval> {
+        let mut listed: Vec<WaitingApproval> = self
+            .inner
+            .waiting
+            .lock()
+            .values()
+            .map(|entry| entry.listed.clone())
+            .collect();
+        listed.sort_by_key(|listed| listed.asked_at_ms);
+        listed
+    }
+
+    fn remove(&self, approval_id: &str) -> bool {
+        self.inner.waiting.lock().remove(approval_id).is_some()
+    }
+}
+
+/// An approval's places in its caller's share and its transport's, given back when dropped.
+type Share = (Slot<String>, Slot<&'static str>);
+
+/// One wait for an answer: withdraws its question when it ends unanswered,
+/// and holds the approval's fair-share places until then.
+struct Wait<'a> {
+    approvals: &'a Approvals,
+    approver: &'a dyn Approver,
+    asked: &'a ApprovalAsked,
+    answered: bool,
+    _share: Option<Share>,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        self.approvals.remove(&self.asked.approval_id);
+        if !self.answered {
+            self.approver.withdraw(self.asked);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn tools(timeout_ms: u64, per_client: usize, per_transport: usize) -> ToolsConfig {
+        ToolsConfig {
+            approval_threshold: "high".into(),
+            approval_timeout_ms: timeout_ms,
+            max_waiting_approvals_per_client: per_client,
+            max_waiting_approvals_per_transport: per_transport,
+        }
+    }
+
+    fn request(call_id: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            call_id: call_id.into(),
+            tool_name: "generate_inspection_report".into(),
+            arguments: serde_json::json!({"inspection_id": "INS-1"}),
+            risk: Risk::High,
+            description: "a report".into(),
+        }
+    }
+
+    fn caller(client: &str) -> Caller {
+        Caller {
+            transport: "hai",
+            client: client.into(),
+        }
+    }
+
+    /// Records what it was asked, and answers nothing itself.
+    #[derive(Default)]
+    struct Recorder {
+        asked: Mutex<Vec<ApprovalAsked>>,
+        withdrawn: AtomicUsize,
+        refused: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Approver for Recorder {
+        fn scope(&self) -> String {
+            "test:1".into()
+        }
+        async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
+            self.asked.lock().push(question.clone());
+            Ok(())
+        }
+        fn withdraw(&self, _question: &ApprovalAsked) {
+            self.withdrawn.fetch_add(1, Ordering::SeqCst);
+        }
+        fn refused(&self, _call_id: &str, _refusal: &Refusal) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The first waiting approval's id, once it is asked.
+    async fn asked_id(approvals: &Approvals) -> String {
+        for _ in 0..1_000 {
+            if let Some(waiting) = approvals.waiting().first() {
+                return waiting.asked.approval_id.clone();
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("nothing was asked");
+    }
+
+    #[tokio::test]
+    async fn an_answer_from_its_scope_decides_once_and_only_it() {
+        let approvals = Approvals::new(&tools(60_000, 4, 16), 32);
+        let approver = Arc::new(Recorder::default());
+        let waiting = {
+            let (approvals, approver) = (approvals.clone(), approver.clone());
+            tokio::spawn(async move {
+                approvals
+                    .ask(approver.as_ref(), Some(&caller("10.0.0.1")), request("c1"))
+                    .await
+            })
+        };
+        let id = asked_id(&approvals).await;
+        assert!(id.starts_with("appr_") && id.len() == 37, "{id}");
+        assert!(
+            approvals.take("test:2", &id).is_none(),
+            "another scope cannot answer"
+        );
+        assert!(approvals.is_waiting("test:1", &id));
+        let decision = approvals.take("test:1", &id).expect("its scope answers");
+        assert!(
+            approvals.take("test:1", &id).is_none(),
+            "a second answer finds nothing"
+        );
+        assert!(decision.deliver(ApprovalOutcome::Approved));
+        assert_eq!(waiting.await.unwrap(), Ok(ApprovalOutcome::Approved));
+        assert_eq!(approver.withdrawn.load(Ordering::SeqCst), 0);
+        assert!(approvals.waiting().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_deadline_ends_the_wait_before_the_timeout_and_withdraws_the_question() {
+        let approvals = Approvals::new(&tools(300, 4, 16), 32);
+        let approver = Recorder::default();
+        let before = now_ms();
+        // Nothing bounds this wait but the approval's own deadline.
+        let outcome = approvals
+            .ask(&approver, Some(&caller("10.0.0.1")), request("c1"))
+            .await;
+        assert_eq!(outcome, Ok(ApprovalOutcome::TimedOut));
+        assert_eq!(approver.withdrawn.load(Ordering::SeqCst), 1);
+        let asked = approver.asked.lock()[0].clone();
+        assert!(
+            asked.deadline_ms < before + 300,
+            "the deadline ends before the tool path's timeout"
+        );
+        assert!(
+            approvals.take("test:1", &asked.approval_id).is_none(),
+            "too late to answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn one_client_holds_at_most_its_share_and_a_dropped_wait_gives_it_back() {
+        let approvals = Approvals::new(&tools(60_000, 1, 16), 32);
+        let approver = Recorder::default();
+        let (one, two) = (caller("10.0.0.1"), caller("10.0.0.2"));
+        let mut first = Box::pin(approvals.ask(&approver, Some(&one), request("c1")));
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        let refused = approvals
+            .ask(&approver, Some(&caller("10.0.0.1")), request("c2"))
+            .await;
+        assert!(matches!(
+            refused,
+            Err(Refusal::PerClient {
+                key: "tools.max_waiting_approvals_per_client",
+                ..
+            })
+        ));
+        assert_eq!(approver.refused.load(Ordering::SeqCst), 1);
+        let other = approvals.ask(&approver, Some(&two), request("c3"));
+        tokio::pin!(other);
+        assert!(
+            futures::poll!(other.as_mut()).is_pending(),
+            "another client has its own share"
+        );
+        drop(first);
+        assert_eq!(
+            approver.withdrawn.load(Ordering::SeqCst),
+            1,
+            "the dropped wait withdrew its question"
+        );
+        assert_eq!(approvals.waiting().len(), 1);
+        let again = approvals.ask(&approver, Some(&one), request("c4"));
+        tokio::pin!(again);
+        assert!(
+            futures::poll!(again.as_mut()).is_pending(),
+            "the place was given back"
+        );
+    }
+}
