@@ -984,6 +984,14 @@ pub(crate) fn one_client_stands_for_many(extra: &[(&'static str, String)]) -> Ve
     .into_iter()
     .map(|name| (name, "100000".to_string()))
     .collect();
+    // What one address may keep stored is for many clients, not for the load driver.
+    for name in [
+        "AGORA_HAI__MAX_STORED_SESSIONS_PER_CLIENT",
+        "AGORA_HAI__MAX_STORED_SESSION_BYTES_PER_CLIENT",
+        "AGORA_HAI__MAX_STORED_SESSION_BYTES",
+    ] {
+        env.push((name, u64::MAX.to_string()));
+    }
     env.extend_from_slice(extra);
     env
 }

@@ -624,6 +624,12 @@ pub struct HaiConfig {
     /// When not empty, the WebSocket and the history endpoint require this token
     /// (`?token=` or `Authorization: Bearer`).
     pub auth_token: String,
+    /// Sessions one client address may have stored (with their histories) until they lapse.
+    pub max_stored_sessions_per_client: u64,
+    /// History bytes one client address's stored sessions may hold before it may create no more.
+    pub max_stored_session_bytes_per_client: u64,
+    /// History bytes every client's stored sessions may hold together.
+    pub max_stored_session_bytes: u64,
     /// Sessions kept in memory at once; when full, the least recently used idle one is dropped.
     pub max_live_sessions: usize,
     /// Live sessions one client address (an IPv4 address or an IPv6 /64) may hold.
@@ -969,6 +975,15 @@ impl Config {
         positive("hai.send_buffer_frames", self.hai.send_buffer_frames as u64)?;
         positive("hai.session_ttl_secs", self.hai.session_ttl_secs)?;
         positive("hai.max_history_entries", self.hai.max_history_entries as u64)?;
+        positive(
+            "hai.max_stored_sessions_per_client",
+            self.hai.max_stored_sessions_per_client,
+        )?;
+        positive(
+            "hai.max_stored_session_bytes_per_client",
+            self.hai.max_stored_session_bytes_per_client,
+        )?;
+        positive("hai.max_stored_session_bytes", self.hai.max_stored_session_bytes)?;
         positive("hai.max_live_sessions", self.hai.max_live_sessions as u64)?;
         positive(
             "hai.max_live_sessions_per_ip",

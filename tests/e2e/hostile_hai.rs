@@ -566,3 +566,64 @@ async fn tool_frames_come_only_from_the_hosts_tool_path_not_from_plugin_events()
         assert!(!frames.iter().any(|f| f.to_string().contains("RPT-FAKE")));
     }
 }
+
+/// Every session a client address stores (each with its history, kept for
+/// days) counts against its bound, in the store, so a restart frees nothing:
+/// past the bound a new session is refused naming the key, while the
+/// address's stored sessions go on and other addresses are served.
+#[tokio::test]
+async fn stored_sessions_are_bounded_per_client_address_and_a_restart_frees_none() {
+    let data = tempfile::tempdir().unwrap();
+    let start = || {
+        builder()
+            .data_dir(data.path())
+            .env("AGORA_HAI__MAX_STORED_SESSIONS_PER_CLIENT", "2")
+            .start()
+    };
+    let node = start();
+    let mut kept = Client::connect_from(ip(1), ws_request(&node, "/ws", &[]))
+        .await
+        .expect("connect");
+    let kept_session = session_id("stored-kept");
+    kept.say(&kept_session, "the first stored session").await;
+    assert!(streamed_text(&kept.turn().await).contains("the first stored session"));
+    honest_turn(&node, ip(1), "stored-second").await;
+
+    let refused = stored_session_refusal(&node, "stored-third").await;
+    assert_eq!(
+        refused["details"]["limit"], "hai.max_stored_sessions_per_client",
+        "{refused}"
+    );
+    kept.say(&kept_session, "the first session goes on").await;
+    assert!(streamed_text(&kept.turn().await).contains("the first session goes on"));
+    honest_turn(&node, ip(2), "stored-other-address").await;
+    hang_up(kept).await;
+
+    node.stop();
+    let node = start();
+    let refused = stored_session_refusal(&node, "stored-after-restart").await;
+    assert_eq!(
+        refused["details"]["limit"], "hai.max_stored_sessions_per_client",
+        "{refused}"
+    );
+}
+
+/// A new session from 127.0.0.1 whose first message is refused: the error frame.
+async fn stored_session_refusal(node: &TestNode, label: &str) -> Value {
+    let mut client = Client::connect_from(ip(1), ws_request(node, "/ws", &[]))
+        .await
+        .expect("connect");
+    client.say(&session_id(label), "one session too many").await;
+    let frames = client.turn().await;
+    assert!(
+        !frames.iter().any(|f| f["type"] == "assistant_message_chunk"),
+        "nothing is answered: {frames:#?}"
+    );
+    let error = frames
+        .iter()
+        .find(|f| f["type"] == "error")
+        .unwrap_or_else(|| panic!("no error frame: {frames:#?}"))
+        .clone();
+    assert_eq!(error["error_code"], "rate_limit_exceeded", "{error}");
+    error
+}

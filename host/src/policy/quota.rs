@@ -1,6 +1,6 @@
 //! Stored quotas: how many items, and how many bytes of them, one client may
 //! have stored, and how many bytes every client together, written once for
-//! every transport that stores what a client sends (A2A tasks first).
+//! every transport that stores what a client sends (A2A tasks, HAI sessions).
 //!
 //! [`crate::policy::admission`] bounds what is live in this process; this
 //! bounds what outlives the request, on disk and across restarts. So the

@@ -28,7 +28,8 @@
 //! id is a canonical UUIDv4, as the spec's clients make it: such an id is its own
 //! bearer secret, so the spec's returning client resumes with its id alone (see
 //! [`access`]). The log names sessions by [`access::session_tag`]. Sessions created per
-//! client address, live sessions and pending approvals are capped, each refusal a
+//! client address, live sessions, stored sessions and their history bytes
+//! ([`crate::policy::quota`]) and pending approvals are capped, each refusal a
 //! `rate_limit_exceeded` frame naming its limit. What a client is told about (its
 //! message taken, an approval decided, the reply) is committed to disk first.
 
@@ -39,7 +40,7 @@ mod turn;
 pub mod wire;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -56,6 +57,7 @@ use tokio::sync::mpsc;
 
 use crate::node::state::NodeState;
 use crate::policy::browser::{self, BrowserRefusal, Endpoint};
+use crate::policy::quota::{Charge, QuotaBounds, QuotaError, StoredQuota};
 use crate::runtime::{FailureKind, InvokeError};
 use crate::store::{Collection, StoreError, now_ms};
 use session::{Attached, Hub, Limits, Opened, Origin, Session, Stored};
@@ -85,6 +87,8 @@ pub struct Shared {
     node: NodeState,
     hub: Arc<Hub>,
     page: Arc<str>,
+    /// Stored sessions and their history bytes per client address and in total.
+    stored: Arc<StoredQuota>,
 }
 
 pub fn router(state: NodeState) -> Router {
@@ -98,6 +102,19 @@ pub fn router(state: NodeState) -> Router {
             fleet::FleetOut::start(&state.store, state.runtime.metrics()),
             state.runtime.approvals().clone(),
         ),
+        stored: Arc::new(StoredQuota::new(
+            state.store.clone(),
+            "hai.session",
+            QuotaBounds {
+                per_client_items: config.max_stored_sessions_per_client,
+                per_client_items_key: "hai.max_stored_sessions_per_client",
+                per_client_bytes: config.max_stored_session_bytes_per_client,
+                per_client_bytes_key: "hai.max_stored_session_bytes_per_client",
+                total_bytes: config.max_stored_session_bytes,
+                total_bytes_key: "hai.max_stored_session_bytes",
+            },
+            Duration::from_secs(config.session_ttl_secs),
+        )),
         node: state,
         page: Arc::from(page),
     };
@@ -143,6 +160,9 @@ pub enum HaiError {
     },
     #[error("Too many tool approvals are waiting for a human ({limit} = {value}); answer those first")]
     TooManyApprovals { limit: &'static str, value: usize },
+    /// A new session would pass this client's (or the node's) stored-session bounds.
+    #[error("No new session can be stored: {message}")]
+    TooManyStored { limit: &'static str, message: String },
     /// The browser policy refused the request (`Host` or `Origin`).
     #[error(transparent)]
     Browser(#[from] BrowserRefusal),
@@ -216,7 +236,8 @@ impl HaiError {
             HaiError::RateLimited { .. }
             | HaiError::Busy
             | HaiError::TooManySessions { .. }
-            | HaiError::TooManyApprovals { .. } => "rate_limit_exceeded",
+            | HaiError::TooManyApprovals { .. }
+            | HaiError::TooManyStored { .. } => "rate_limit_exceeded",
             HaiError::Browser(_) => "origin_refused",
             HaiError::Unauthorized => "unauthorized",
             HaiError::Moderation { .. } => "moderation_violation",
@@ -250,6 +271,7 @@ impl HaiError {
                 retry_after_ms,
             } => Some(json!({"limit": limit, "value": value, "retry_after_ms": retry_after_ms})),
             HaiError::TooManyApprovals { limit, value } => Some(json!({"limit": limit, "value": value})),
+            HaiError::TooManyStored { limit, .. } => Some(json!({"limit": limit})),
             HaiError::StorageUnavailable => Some(json!({"retry_after_ms": 1000})),
             _ => None,
         };
@@ -303,6 +325,21 @@ fn history_id(session_id: &str) -> String {
     format!("hai:{session_id}")
 }
 
+/// A stored-session bound as the client hears it; the store's own failures as themselves.
+fn stored_refusal(error: QuotaError) -> HaiError {
+    match error {
+        QuotaError::PerClient { key, .. } | QuotaError::Total { key, .. } => HaiError::TooManyStored {
+            limit: key,
+            message: error.to_string(),
+        },
+        QuotaError::Store(error) => error.into(),
+        busy @ (QuotaError::Contended | QuotaError::TooManyRecords) => HaiError::TooManyStored {
+            limit: "hai.max_stored_sessions_per_client",
+            message: busy.to_string(),
+        },
+    }
+}
+
 impl Shared {
     /// Keep the session's record alive for another `session_ttl_secs`; the
     /// sweeper removes the record and its history once it lapses.
@@ -311,7 +348,11 @@ impl Shared {
     /// on two nodes at once (each found no record) is kept by the node that
     /// records it first, and the other's turn is refused as another's session,
     /// so neither can replace the other's secret.
-    async fn record_session(&self, session: &Session) -> Result<(), HaiError> {
+    ///
+    /// A new record is charged to `client`'s stored sessions ([`StoredQuota`]),
+    /// or refused naming the bound; every later one charges what the session's
+    /// history grew by since, and keeps the charge alive as long as the session.
+    async fn record_session(&self, session: &Session, client: IpAddr) -> Result<(), HaiError> {
         let key = history_id(&session.id);
         let store = &self.node.store;
         let now = now_ms();
@@ -328,31 +369,51 @@ impl Shared {
             .and_then(|record| record["created_at_ms"].as_u64())
             .unwrap_or(now);
         let expires = now.saturating_add(self.node.config.hai.session_ttl_secs * 1000);
-        let record = json!({"created_at_ms": created, "last_used_ms": now, "secret_sha256": secret});
-        if existing.is_some() {
-            store
-                .put(Collection::Sessions, key.as_bytes(), &record, Some(expires))
-                .await?;
-        } else if !store
-            .insert_new(Collection::Sessions, key.as_bytes(), &record, Some(expires))
-            .await?
-        {
-            return Err(HaiError::SessionSecret);
+        let grown = session.take_appended();
+        let mut record = json!({"created_at_ms": created, "last_used_ms": now, "secret_sha256": secret});
+        let Some(existing) = existing else {
+            let charge = self
+                .stored
+                .admit(&access::client_key(client).to_string(), grown)
+                .await
+                .map_err(stored_refusal)?;
+            record["quota"] = json!(charge);
+            if !store
+                .insert_new(Collection::Sessions, key.as_bytes(), &record, Some(expires))
+                .await?
+            {
+                let _ = self.stored.refund(&charge).await;
+                return Err(HaiError::SessionSecret);
+            }
+            return Ok(());
+        };
+        // Records from before the bound carry no charge: nothing to grow.
+        if let Ok(mut charge) = serde_json::from_value::<Charge>(existing["quota"].clone()) {
+            let bytes = charge.bytes.saturating_add(grown);
+            if let Err(error) = self.stored.grow(&mut charge, bytes).await {
+                tracing::warn!(transport = "hai", session = %access::session_tag(&session.id), %error, "hai: a session's growth was not counted");
+            }
+            record["quota"] = json!(charge);
         }
+        store
+            .put(Collection::Sessions, key.as_bytes(), &record, Some(expires))
+            .await?;
         Ok(())
     }
 
-    /// Append to the session's history (what `host::history()` returns to the plugin).
-    async fn append(&self, session_id: &str, role: &str, body: Value) -> Result<(), HaiError> {
+    /// Append to the session's history (what `host::history()` returns to the
+    /// plugin); its size is charged when the session is next recorded.
+    async fn append(&self, session: &Session, role: &str, body: Value) -> Result<(), HaiError> {
         let entry = json!({"role": role, "body": body, "at": now_ms()});
         self.node
             .store
             .append_history(
-                &history_id(session_id),
+                &history_id(&session.id),
                 &entry,
                 self.node.config.hai.max_history_entries,
             )
             .await?;
+        session.appended(entry.to_string().len() as u64);
         Ok(())
     }
 
@@ -639,7 +700,7 @@ impl Connection {
                 // handed out, so another node opens it with this secret only (on one
                 // node the hub's table is the claim, and the record waits for a message).
                 if shared.hub.fleet().is_some() {
-                    shared.record_session(&session).await?;
+                    shared.record_session(&session, self.origin.ip).await?;
                 }
                 // Queued before the subscription, so it is this connection's first frame of the session.
                 let frame = Outbound::Session {
@@ -724,7 +785,7 @@ impl Connection {
             "approved": response.approved,
             "feedback": response.feedback,
         });
-        self.shared.append(&session.id, "approval", entry).await?;
+        self.shared.append(&session, "approval", entry).await?;
         self.shared.commit().await?;
         let decided = fleet::Decided {
             session_id: session.id.clone(),

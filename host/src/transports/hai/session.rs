@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -354,6 +354,8 @@ pub struct Session {
     last_used: Mutex<Instant>,
     /// The other nodes of the fleet, which get its frames too (`None`: one node).
     fleet: Option<FleetOut>,
+    /// History bytes appended since the session's record last charged them.
+    appended: AtomicU64,
 }
 
 impl Session {
@@ -376,6 +378,7 @@ impl Session {
             connections: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             fleet,
+            appended: AtomicU64::new(0),
         }
     }
 
@@ -390,6 +393,21 @@ impl Session {
     pub fn attach(self: &Arc<Self>) -> Attached {
         self.connections.fetch_add(1, Ordering::Relaxed);
         Attached(self.clone())
+    }
+
+    /// Count `bytes` appended to the history, to be charged with the record.
+    pub fn appended(&self, bytes: u64) {
+        self.appended.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether anything was appended since the record last charged it.
+    pub fn has_appended(&self) -> bool {
+        self.appended.load(Ordering::Relaxed) > 0
+    }
+
+    /// The bytes appended since the last call.
+    pub fn take_appended(&self) -> u64 {
+        self.appended.swap(0, Ordering::Relaxed)
     }
 
     fn touch(&self) {

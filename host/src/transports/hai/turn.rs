@@ -52,9 +52,16 @@ pub async fn run(
     queued: QueuedTurn,
 ) {
     let _turn = session.turn.lock().await;
+    let client = origin.ip;
     if let Err(error) = answer(&shared, &session, origin, &message).await {
         error.log("turn");
         session.publish(&error.to_frame());
+    }
+    // What the turn stored is charged to its client now, not at its next turn.
+    if session.has_appended()
+        && let Err(error) = shared.record_session(&session, client).await
+    {
+        error.log("turn");
     }
     // The turn no longer counts as using the session once a client can see it ended.
     drop(queued);
@@ -71,10 +78,10 @@ async fn answer(
     origin: Origin,
     message: &UserMessage,
 ) -> Result<(), HaiError> {
-    shared.record_session(session).await?;
+    shared.record_session(session, origin.ip).await?;
     shared
         .append(
-            &session.id,
+            session,
             "user",
             json!({"content": message.content, "metadata": message.metadata}),
         )
@@ -447,7 +454,7 @@ impl Turn<'_> {
         let recorded = self
             .shared
             .append(
-                &self.session.id,
+                self.session,
                 "assistant",
                 json!({"content": self.answer.text(), "message_id": self.message_id, "agent_id": self.agent_id}),
             )
@@ -472,7 +479,7 @@ impl Turn<'_> {
 
     /// History of tool results and approvals is best effort: a full history must not abort the answer.
     async fn record(&self, role: &str, body: Value) {
-        if let Err(error) = self.shared.append(&self.session.id, role, body).await {
+        if let Err(error) = self.shared.append(self.session, role, body).await {
             tracing::warn!(session = %super::access::session_tag(&self.session.id), %error, "hai: history not recorded");
         }
     }
