@@ -233,8 +233,8 @@ impl Approvals {
             _share: share,
         };
         if let Err(why) = approver.ask(&asked).await {
+            // Never asked, so nothing to withdraw; the guard still takes it out of the table.
             wait.answered = true;
-            self.remove(&asked.approval_id);
             return Ok(ApprovalOutcome::Rejected {
                 feedback: Some(format!("no approval could be asked: {why}")),
             });

@@ -325,7 +325,9 @@ fn history_id(session_id: &str) -> String {
     format!("hai:{session_id}")
 }
 
-/// A stored-session bound as the client hears it; the store's own failures as themselves.
+/// A stored-session bound as the client hears it, naming the key that refused;
+/// the store's own failures as themselves, and a count too busy to read as
+/// "try again" (no bound refused it).
 fn stored_refusal(error: QuotaError) -> HaiError {
     match error {
         QuotaError::PerClient { key, .. } | QuotaError::Total { key, .. } => HaiError::TooManyStored {
@@ -333,10 +335,7 @@ fn stored_refusal(error: QuotaError) -> HaiError {
             message: error.to_string(),
         },
         QuotaError::Store(error) => error.into(),
-        busy @ (QuotaError::Contended | QuotaError::TooManyRecords) => HaiError::TooManyStored {
-            limit: "hai.max_stored_sessions_per_client",
-            message: busy.to_string(),
-        },
+        QuotaError::Contended | QuotaError::TooManyRecords => HaiError::Overloaded,
     }
 }
 
