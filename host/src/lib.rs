@@ -15,7 +15,7 @@
 //!
 //! | layer | modules | may use | what |
 //! |---|---|---|---|
-//! | 0 | `vocab`, `logging` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields |
+//! | 0 | `vocab`, `logging`, `jsonrpc` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields; JSON-RPC 2.0 for every protocol on it |
 //! | 1 | `crypto` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT |
 //! | 2 | `config` | 0–1 | layered configuration and its validation |
 //! | 3 | `store`, `metrics` | 0–2 | durable state in sled; Prometheus metrics |
@@ -35,6 +35,7 @@ pub mod config;
 pub mod crypto;
 pub mod dev;
 pub mod health;
+pub mod jsonrpc;
 pub mod listener;
 pub mod logging;
 pub mod metrics;

@@ -21,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "agora-node",
     version,
-    about = "A self-hosted agent node: five agent protocols, logic in hot-reloaded WebAssembly plugins"
+    about = "A self-hosted agent node: seven agent protocols, logic in hot-reloaded WebAssembly plugins"
 )]
 struct Cli {
     #[command(subcommand)]

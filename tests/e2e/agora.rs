@@ -1,4 +1,4 @@
-//! Agora two-party JSON exchanges (`specs/agora-two-party-json.txt`) over real
+//! Agora two-party JSON exchanges ("Agora Protocol for Two-Party JSON Exchanges") over real
 //! HTTP against a real node with the example plugins, and interop with the
 //! reference library agora-protocol 0.2.0 in both directions.
 

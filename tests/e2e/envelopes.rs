@@ -1,4 +1,4 @@
-//! End-to-end tests for signed Agora envelopes (`specs/agora-signed-envelopes.md`)
+//! End-to-end tests for signed Agora envelopes ("Agora Protocol Specification v1.0", signed envelopes)
 //! over real HTTP and WebSocket sockets against the real binary, with the
 //! `envelope-services` example plugin. Every reply is verified as a signed
 //! envelope from the node before its content is looked at.

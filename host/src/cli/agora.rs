@@ -1,5 +1,5 @@
 //! `agora-node agora …`: the Agora two-party JSON client on the command line
-//! (`specs/agora-two-party-json.txt` §5–7). The reply is printed as JSON in the
+//! ("Agora Protocol for Two-Party JSON Exchanges" §5–7). The reply is printed as JSON in the
 //! spec's shape whichever dialect the peer speaks; a failure exits non-zero.
 
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! `agora-node envelope …`: the signed Agora envelopes client on the command line
-//! (`specs/agora-signed-envelopes.md` §3): the whole negotiation loop, with every
+//! ("Agora Protocol Specification v1.0", signed envelopes §3): the whole negotiation loop, with every
 //! reply's signature verified.
 
 use std::path::PathBuf;

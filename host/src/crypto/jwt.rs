@@ -1,7 +1,7 @@
 //! Agora Arena bearer tokens (AAP §4, "Autenticación"): JWTs signed by the
 //! arena and checked against its JWK Set.
 //!
-//! The policy, settled where the spec is silent (see `docs/arena.md`):
+//! The policy, settled where the spec is silent (see `docs/protocols/arena.md`):
 //! - the `kid` header is required and must name a key of the set; the
 //!   algorithm comes from that key (its `alg`, or its `kty`/`crv` when `alg`
 //!   is absent), never from the token header alone, and only RS256, ES256 and

@@ -7,7 +7,7 @@
 //! a guessed endpoint would send 1.0 requests to whatever answers there.
 //! Every request carries `A2A-Version: 1.0`, since a 1.0 server reads a
 //! request without it as 0.3. A JSON-RPC error (in a body or an SSE `error`
-//! event) becomes [`A2aError::Rpc`] with its code, so a caller can tell
+//! event) becomes [`A2aClientError::Rpc`] with its code, so a caller can tell
 //! TaskNotFound (-32001) from the rest. Streams are read event by event, each
 //! line and event bounded, with an idle limit between events instead of a
 //! total one: an agent may work long, but not silently forever.
@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 
 use super::http_client::{self, ClientError, StreamingResponse};
 use super::sse::{self, SseParser};
+use crate::jsonrpc::{self, ErrorObject};
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// The protocol version this client speaks (sent as `A2A-Version`) and the node serves.
@@ -44,7 +45,7 @@ const FINAL_STATES: [&str; 6] = [
 ];
 
 #[derive(Debug, thiserror::Error)]
-pub enum A2aError {
+pub enum A2aClientError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("{url} answered HTTP {status}: {body}")]
@@ -385,7 +386,7 @@ impl Agent {
         base: &str,
         limits: Limits,
         allowed: Option<Vec<String>>,
-    ) -> Result<Agent, A2aError> {
+    ) -> Result<Agent, A2aClientError> {
         let url = card_url(base);
         let card = fetch_card(&url, limits, allowed.as_deref()).await?;
         let endpoint = match card.jsonrpc_interface() {
@@ -401,7 +402,7 @@ impl Agent {
                 } else {
                     offered.join(", ")
                 };
-                return Err(A2aError::NoJsonRpcInterface { url, offered });
+                return Err(A2aClientError::NoJsonRpcInterface { url, offered });
             }
         };
         if let Some(allowed) = &allowed {
@@ -416,19 +417,19 @@ impl Agent {
     }
 
     /// `SendMessage`: returns when the task is final or waits on input.
-    pub async fn send(&self, message: Value) -> Result<SendResult, A2aError> {
+    pub async fn send(&self, message: Value) -> Result<SendResult, A2aClientError> {
         let result = self.call("SendMessage", json!({ "message": message })).await?;
         decode(&self.endpoint, "result", result)
     }
 
     /// `GetTask`.
-    pub async fn get_task(&self, id: &str) -> Result<Task, A2aError> {
+    pub async fn get_task(&self, id: &str) -> Result<Task, A2aClientError> {
         let result = self.call("GetTask", json!({ "id": id })).await?;
         decode(&self.endpoint, "result", result)
     }
 
     /// `SendStreamingMessage`: the events as they come.
-    pub async fn stream(&self, message: Value) -> Result<EventStream, A2aError> {
+    pub async fn stream(&self, message: Value) -> Result<EventStream, A2aClientError> {
         let body = rpc_body("SendStreamingMessage", json!({ "message": message }));
         if let Some(allowed) = &self.allowed {
             http_client::check_allowed(&self.endpoint, allowed)?;
@@ -466,7 +467,7 @@ impl Agent {
         Ok(stream)
     }
 
-    async fn call(&self, method: &str, params: Value) -> Result<Value, A2aError> {
+    async fn call(&self, method: &str, params: Value) -> Result<Value, A2aClientError> {
         let body = rpc_body(method, params);
         let response = exchange(
             "POST",
@@ -482,8 +483,8 @@ impl Agent {
 }
 
 /// `value` as the `T` it should be; `what` names it in the error.
-fn decode<T: serde::de::DeserializeOwned>(url: &str, what: &str, value: Value) -> Result<T, A2aError> {
-    serde_json::from_value(value).map_err(|e| A2aError::BadReply {
+fn decode<T: serde::de::DeserializeOwned>(url: &str, what: &str, value: Value) -> Result<T, A2aClientError> {
+    serde_json::from_value(value).map_err(|e| A2aClientError::BadReply {
         url: url.to_string(),
         message: format!("unexpected {what}: {e}"),
     })
@@ -494,7 +495,7 @@ pub async fn fetch_card(
     url: &str,
     limits: Limits,
     allowed: Option<&[String]>,
-) -> Result<AgentCard, A2aError> {
+) -> Result<AgentCard, A2aClientError> {
     let card = fetch_card_json(url, limits, allowed).await?;
     decode(url, "agent card", card)
 }
@@ -504,7 +505,7 @@ pub async fn fetch_card_json(
     url: &str,
     limits: Limits,
     allowed: Option<&[String]>,
-) -> Result<Value, A2aError> {
+) -> Result<Value, A2aClientError> {
     let response = exchange(
         "GET",
         url,
@@ -515,7 +516,7 @@ pub async fn fetch_card_json(
     )
     .await?;
     if response.status != 200 {
-        return Err(A2aError::Http {
+        return Err(A2aClientError::Http {
             url: url.to_string(),
             status: response.status,
             body: excerpt(&response.body),
@@ -523,7 +524,7 @@ pub async fn fetch_card_json(
     }
     match serde_json::from_slice(&response.body) {
         Ok(card @ Value::Object(_)) => Ok(card),
-        _ => Err(A2aError::BadReply {
+        _ => Err(A2aClientError::BadReply {
             url: url.to_string(),
             message: "the agent card is not a JSON object".into(),
         }),
@@ -559,19 +560,16 @@ fn headers(accept: &'static str) -> [(&'static str, &'static str); 3] {
 }
 
 fn rpc_body(method: &str, params: Value) -> Vec<u8> {
-    let request = json!({
-        "jsonrpc": "2.0",
-        "id": uuid::Uuid::new_v4().to_string(),
-        "method": method,
-        "params": params,
-    });
-    request.to_string().into_bytes()
+    let id = uuid::Uuid::new_v4().to_string();
+    jsonrpc::request(id, method, Some(params))
+        .to_string()
+        .into_bytes()
 }
 
 /// The `result` of a JSON-RPC response, or its error. A JSON-RPC error is read
 /// whatever the HTTP status; any other non-2xx answer is an HTTP error.
-fn read_rpc(url: &str, status: u16, body: &[u8]) -> Result<Value, A2aError> {
-    let bad = |message: &str| A2aError::BadReply {
+fn read_rpc(url: &str, status: u16, body: &[u8]) -> Result<Value, A2aClientError> {
+    let bad = |message: &str| A2aClientError::BadReply {
         url: url.to_string(),
         message: message.to_string(),
     };
@@ -580,7 +578,7 @@ fn read_rpc(url: &str, status: u16, body: &[u8]) -> Result<Value, A2aError> {
         return Err(rpc_error(error).unwrap_or_else(|| bad("a JSON-RPC error without an integer code")));
     }
     if !(200..300).contains(&status) {
-        return Err(A2aError::Http {
+        return Err(A2aClientError::Http {
             url: url.to_string(),
             status,
             body: excerpt(body),
@@ -594,26 +592,21 @@ fn read_rpc(url: &str, status: u16, body: &[u8]) -> Result<Value, A2aError> {
     }
 }
 
-/// A JSON-RPC error object as [`A2aError::Rpc`]; `None` unless it has an integer code.
-fn rpc_error(error: &Value) -> Option<A2aError> {
-    let code = error.get("code")?.as_i64()?;
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    Some(A2aError::Rpc {
-        code,
-        message,
-        data: error.get("data").cloned(),
-    })
+/// A JSON-RPC error object as [`A2aClientError::Rpc`]; `None` unless it has an integer code.
+fn rpc_error(error: &Value) -> Option<A2aClientError> {
+    let ErrorObject { code, message, data } = ErrorObject::read(error)?;
+    Some(A2aClientError::Rpc { code, message, data })
 }
 
 fn excerpt(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(512).collect()
 }
 
-async fn read_all(response: &mut StreamingResponse, url: &str, limits: Limits) -> Result<Vec<u8>, A2aError> {
+async fn read_all(
+    response: &mut StreamingResponse,
+    url: &str,
+    limits: Limits,
+) -> Result<Vec<u8>, A2aClientError> {
     let mut body = Vec::new();
     while let Some(chunk) = next_chunk(response, url, limits.timeout).await? {
         if body.len() + chunk.len() > limits.max_response_bytes {
@@ -632,14 +625,14 @@ async fn next_chunk(
     response: &mut StreamingResponse,
     url: &str,
     idle: Duration,
-) -> Result<Option<bytes::Bytes>, A2aError> {
+) -> Result<Option<bytes::Bytes>, A2aClientError> {
     tokio::time::timeout(idle, response.chunk())
         .await
-        .map_err(|_| A2aError::Idle {
+        .map_err(|_| A2aClientError::Idle {
             url: url.to_string(),
             idle_ms: idle.as_millis() as u64,
         })?
-        .map_err(A2aError::from)
+        .map_err(A2aClientError::from)
 }
 
 /// The events of one `SendStreamingMessage`, and the task they build up. It
@@ -656,7 +649,7 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    pub async fn next(&mut self) -> Result<Option<StreamEvent>, A2aError> {
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, A2aClientError> {
         loop {
             if self.finished {
                 return Ok(None);
@@ -671,7 +664,7 @@ impl EventStream {
             match next_chunk(response, &self.url, self.idle).await? {
                 None => self.response = None,
                 Some(bytes) => {
-                    let events = self.parser.feed(&bytes).map_err(|e| A2aError::Stream {
+                    let events = self.parser.feed(&bytes).map_err(|e| A2aClientError::Stream {
                         url: self.url.clone(),
                         reason: e.to_string(),
                     })?;
@@ -704,8 +697,8 @@ impl EventStream {
         }
     }
 
-    fn read_event(&self, event: &sse::SseEvent) -> Result<StreamEvent, A2aError> {
-        let bad = |message: String| A2aError::BadReply {
+    fn read_event(&self, event: &sse::SseEvent) -> Result<StreamEvent, A2aClientError> {
+        let bad = |message: String| A2aClientError::BadReply {
             url: self.url.clone(),
             message,
         };
@@ -756,7 +749,7 @@ mod tests {
         let body = br#"{"jsonrpc":"2.0","id":"1","error":{"code":-32001,"message":"Task not found"}}"#;
         for status in [200, 400, 500] {
             match read_rpc("u", status, body) {
-                Err(A2aError::Rpc { code, message, .. }) => {
+                Err(A2aClientError::Rpc { code, message, .. }) => {
                     assert_eq!((code, message.as_str()), (-32001, "Task not found"))
                 }
                 other => panic!("expected a JSON-RPC error, got {other:?}"),
@@ -764,15 +757,15 @@ mod tests {
         }
         assert!(matches!(
             read_rpc("u", 413, b"too big"),
-            Err(A2aError::Http { status: 413, .. })
+            Err(A2aClientError::Http { status: 413, .. })
         ));
         assert!(matches!(
             read_rpc("u", 200, b"[]"),
-            Err(A2aError::BadReply { .. })
+            Err(A2aClientError::BadReply { .. })
         ));
         assert!(matches!(
             read_rpc("u", 200, br#"{"id":1}"#),
-            Err(A2aError::BadReply { .. })
+            Err(A2aClientError::BadReply { .. })
         ));
         assert_eq!(
             read_rpc("u", 200, br#"{"result":{"a":1}}"#).unwrap(),

@@ -1,4 +1,4 @@
-//! The Agora two-party client (`specs/agora-two-party-json.txt` §5–7): what
+//! The Agora two-party client ("Agora Protocol for Two-Party JSON Exchanges" §5–7): what
 //! `agora-node agora …` and plugins' outbound calls use. It sends the spec's
 //! shape, includes the protocol document as a `data:` URI source so a peer that
 //! does not know the hash can still verify it, and reads both the spec's and

@@ -30,6 +30,7 @@ use tokio::sync::Mutex;
 use super::http_client::{self, ClientError, StreamingResponse};
 use super::sse::SseParser;
 use crate::config::Config;
+use crate::jsonrpc::{self, ErrorObject, Reply};
 use crate::vocab::Risk;
 
 /// The protocol version this client asks for.
@@ -45,10 +46,9 @@ pub const MAX_TOOLS: usize = 1000;
 /// `tools/list` pages read per listing: a server whose cursor never ends cannot loop the client.
 const MAX_PAGES: usize = 100;
 /// JSON-RPC "method not found": the answer to every request a server sends the node.
-const METHOD_NOT_FOUND: i64 = -32601;
 
 #[derive(Debug, thiserror::Error)]
-pub enum McpError {
+pub enum McpClientError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("{url} answered HTTP {status}: {body}")]
@@ -65,11 +65,11 @@ pub enum McpError {
     UnknownTool { url: String, tool: String },
 }
 
-impl McpError {
+impl McpClientError {
     /// The outcome label of a failed call in the metrics.
     pub fn outcome(&self) -> &'static str {
         match self {
-            McpError::Client(ClientError::Timeout { .. }) => "timeout",
+            McpClientError::Client(ClientError::Timeout { .. }) => "timeout",
             _ => "error",
         }
     }
@@ -210,7 +210,7 @@ impl RemoteServer {
 
     /// The listing of `tool`, from the cache while it is fresh; listed again
     /// when stale or when the tool is not in it (the server may have added it).
-    pub async fn tool(&self, tool: &str) -> Result<RemoteTool, McpError> {
+    pub async fn tool(&self, tool: &str) -> Result<RemoteTool, McpClientError> {
         if let Some(found) = self.freshly_listed(tool) {
             return Ok(found);
         }
@@ -225,7 +225,7 @@ impl RemoteServer {
             fetched: Instant::now(),
             tools,
         }));
-        found.ok_or_else(|| McpError::UnknownTool {
+        found.ok_or_else(|| McpClientError::UnknownTool {
             url: self.url.clone(),
             tool: tool.to_string(),
         })
@@ -248,7 +248,7 @@ impl RemoteServer {
 
     /// `tools/call`: the tool's output (`Ok(Err)` is a result the server
     /// marked `isError`), or why the call failed.
-    pub async fn call(&self, tool: &str, arguments: Value) -> Result<Result<String, String>, McpError> {
+    pub async fn call(&self, tool: &str, arguments: Value) -> Result<Result<String, String>, McpClientError> {
         let arguments = if arguments.is_null() { json!({}) } else { arguments };
         let result = self
             .request("tools/call", json!({"name": tool, "arguments": arguments}))
@@ -257,7 +257,7 @@ impl RemoteServer {
     }
 
     /// Every allow-listed tool the server lists, across its pages.
-    async fn list_tools(&self) -> Result<BTreeMap<String, RemoteTool>, McpError> {
+    async fn list_tools(&self) -> Result<BTreeMap<String, RemoteTool>, McpClientError> {
         let mut tools = BTreeMap::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -271,7 +271,7 @@ impl RemoteServer {
                 tools.insert(tool.name.clone(), tool);
             }
             if tools.len() > MAX_TOOLS {
-                return Err(McpError::TooManyTools {
+                return Err(McpClientError::TooManyTools {
                     url: self.url.clone(),
                 });
             }
@@ -285,7 +285,7 @@ impl RemoteServer {
 
     /// One request in the current session; a session the server forgot is
     /// replaced once.
-    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
+    async fn request(&self, method: &str, params: Value) -> Result<Value, McpClientError> {
         for _ in 0..2 {
             let session = self.session().await?;
             match self.send(Some(&session), method, Some(params.clone())).await? {
@@ -296,7 +296,7 @@ impl RemoteServer {
         Err(self.bad_reply("the session was not found again right after initializing".into()))
     }
 
-    async fn session(&self) -> Result<Arc<Session>, McpError> {
+    async fn session(&self) -> Result<Arc<Session>, McpClientError> {
         let mut current = self.session.lock().await;
         if let Some(session) = current.as_ref() {
             return Ok(session.clone());
@@ -317,7 +317,7 @@ impl RemoteServer {
         }
     }
 
-    async fn initialize(&self) -> Result<Session, McpError> {
+    async fn initialize(&self) -> Result<Session, McpClientError> {
         let params = json!({
             "protocolVersion": PROTOCOL_VERSION,
             "capabilities": {},
@@ -339,7 +339,7 @@ impl RemoteServer {
             .unwrap_or_default()
             .to_string();
         if !COMPATIBLE_VERSIONS.contains(&version.as_str()) {
-            return Err(McpError::Version {
+            return Err(McpClientError::Version {
                 url: self.url.clone(),
                 version,
             });
@@ -348,7 +348,7 @@ impl RemoteServer {
             id: session_id,
             version,
         };
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let initialized = jsonrpc::notification("notifications/initialized", None);
         self.within_deadline(async {
             let (mut response, _) = self.post(Some(&session), &initialized).await?;
             if !(200..300).contains(&response.status) {
@@ -362,11 +362,7 @@ impl RemoteServer {
 
     fn rpc_request(&self, method: &str, params: Option<Value>) -> Value {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut request = json!({"jsonrpc": "2.0", "id": id, "method": method});
-        if let Some(params) = params {
-            request["params"] = params;
-        }
-        request
+        jsonrpc::request(id, method, params)
     }
 
     /// POST a request and read its answer, the whole exchange within the timeout.
@@ -375,7 +371,7 @@ impl RemoteServer {
         session: Option<&Session>,
         method: &str,
         params: Option<Value>,
-    ) -> Result<Sent, McpError> {
+    ) -> Result<Sent, McpClientError> {
         let request = self.rpc_request(method, params);
         self.within_deadline(async {
             let (response, _) = self.post(session, &request).await?;
@@ -389,7 +385,7 @@ impl RemoteServer {
         &self,
         session: Option<&Session>,
         message: &Value,
-    ) -> Result<(StreamingResponse, Option<String>), McpError> {
+    ) -> Result<(StreamingResponse, Option<String>), McpClientError> {
         http_client::check_allowed(&self.url, &self.allowed_hosts)?;
         let bearer = format!("Bearer {}", self.token);
         let mut headers = vec![
@@ -422,7 +418,7 @@ impl RemoteServer {
         mut response: StreamingResponse,
         request: &Value,
         session: Option<&Session>,
-    ) -> Result<Sent, McpError> {
+    ) -> Result<Sent, McpClientError> {
         if response.status == 404 && session.is_some_and(|session| session.id.is_some()) {
             return Ok(Sent::SessionGone);
         }
@@ -440,8 +436,8 @@ impl RemoteServer {
         let body = self.read_body(&mut response).await?;
         let message = serde_json::from_slice(&body)
             .map_err(|e| self.bad_reply(format!("the body is not JSON: {e}")))?;
-        match incoming(&message, id) {
-            Incoming::Answer(answer) => answer.map(Sent::Answer).map_err(|error| self.rpc_error(error)),
+        match jsonrpc::reply_to(&message, id) {
+            Reply::Answer(answer) => answer.map(Sent::Answer).map_err(|error| self.rpc_error(error)),
             _ => Err(self.bad_reply(format!("the body is not the answer to request {id}"))),
         }
     }
@@ -452,7 +448,7 @@ impl RemoteServer {
         response: &mut StreamingResponse,
         id: &Value,
         session: Option<&Session>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Value, McpClientError> {
         let limit = self.limits.max_response_bytes;
         let mut reader = StreamReader::new(id.clone(), limit);
         while let Some(chunk) = response.chunk().await? {
@@ -468,14 +464,8 @@ impl RemoteServer {
 
     /// Answer a server's request with -32601; a failure here only costs the server its wait.
     async fn refuse(&self, session: Option<&Session>, request_id: Value) {
-        let refusal = json!({
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "error": {
-                "code": METHOD_NOT_FOUND,
-                "message": "agora-node answers no server requests: a plugin's tool call has no human to ask",
-            },
-        });
+        let why = "agora-node answers no server requests: a plugin's tool call has no human to ask";
+        let refusal = jsonrpc::error(&request_id, jsonrpc::code::METHOD_NOT_FOUND, why, None);
         let sent = async {
             let (mut response, _) = self.post(session, &refusal).await?;
             self.read_body(&mut response).await
@@ -485,7 +475,7 @@ impl RemoteServer {
         }
     }
 
-    async fn read_body(&self, response: &mut StreamingResponse) -> Result<Vec<u8>, McpError> {
+    async fn read_body(&self, response: &mut StreamingResponse) -> Result<Vec<u8>, McpClientError> {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await? {
             if body.len() + chunk.len() > self.limits.max_response_bytes {
@@ -502,41 +492,44 @@ impl RemoteServer {
 
     async fn within_deadline<T>(
         &self,
-        work: impl std::future::Future<Output = Result<T, McpError>>,
-    ) -> Result<T, McpError> {
+        work: impl std::future::Future<Output = Result<T, McpClientError>>,
+    ) -> Result<T, McpClientError> {
         let timeout = self.limits.timeout;
         tokio::time::timeout(timeout, work).await.map_err(|_| {
-            McpError::from(ClientError::Timeout {
+            McpClientError::from(ClientError::Timeout {
                 url: self.url.clone(),
                 timeout_ms: timeout.as_millis() as u64,
             })
         })?
     }
 
-    async fn http_error(&self, mut response: StreamingResponse) -> McpError {
+    async fn http_error(&self, mut response: StreamingResponse) -> McpClientError {
         let body = match self.read_body(&mut response).await {
             Ok(body) => String::from_utf8_lossy(&body).chars().take(512).collect(),
             Err(error) => format!("(unreadable body: {error})"),
         };
-        McpError::Http {
+        McpClientError::Http {
             url: self.url.clone(),
             status: response.status,
             body,
         }
     }
 
-    fn bad_reply(&self, message: String) -> McpError {
-        McpError::BadReply {
+    fn bad_reply(&self, message: String) -> McpClientError {
+        McpClientError::BadReply {
             url: self.url.clone(),
             message,
         }
     }
 
-    fn rpc_error(&self, error: RpcError) -> McpError {
-        McpError::Rpc {
-            url: self.url.clone(),
-            code: error.code,
-            message: error.message,
+    fn rpc_error(&self, error: Option<ErrorObject>) -> McpClientError {
+        match error {
+            Some(error) => McpClientError::Rpc {
+                url: self.url.clone(),
+                code: error.code,
+                message: error.message,
+            },
+            None => self.bad_reply("a JSON-RPC error without an integer code".into()),
         }
     }
 }
@@ -550,51 +543,10 @@ fn content_type(response: &StreamingResponse) -> String {
         .to_ascii_lowercase()
 }
 
-/// A JSON-RPC error object, as read.
-#[derive(Debug, Clone, PartialEq)]
-struct RpcError {
-    code: i64,
-    message: String,
-}
-
-/// What one message from the server is to the request waiting on `id`.
-#[derive(Debug, PartialEq)]
-enum Incoming {
-    Answer(Result<Value, RpcError>),
-    /// A request from the server, to be refused (its id).
-    ServerRequest(Value),
-    /// A notification, or an answer to another request.
-    Other,
-}
-
-fn incoming(message: &Value, id: &Value) -> Incoming {
-    let message_id = message.get("id").filter(|id| !id.is_null());
-    if message.get("method").is_some() {
-        return match message_id {
-            Some(request_id) => Incoming::ServerRequest(request_id.clone()),
-            None => Incoming::Other,
-        };
-    }
-    if message_id != Some(id) {
-        return Incoming::Other;
-    }
-    if let Some(error) = message.get("error") {
-        return Incoming::Answer(Err(RpcError {
-            code: error.get("code").and_then(Value::as_i64).unwrap_or_default(),
-            message: error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-        }));
-    }
-    Incoming::Answer(Ok(message.get("result").cloned().unwrap_or(Value::Null)))
-}
-
 /// What reading a piece of an event stream asks of the client.
 #[derive(Debug, PartialEq)]
 enum Step {
-    Answer(Result<Value, RpcError>),
+    Answer(Result<Value, Option<ErrorObject>>),
     Refuse(Value),
 }
 
@@ -630,13 +582,13 @@ impl StreamReader {
             }
             let message: Value =
                 serde_json::from_str(&event.data).map_err(|e| format!("an event that is not JSON: {e}"))?;
-            match incoming(&message, &self.id) {
-                Incoming::Answer(answer) => {
+            match jsonrpc::reply_to(&message, &self.id) {
+                Reply::Answer(answer) => {
                     steps.push(Step::Answer(answer));
                     return Ok(steps);
                 }
-                Incoming::ServerRequest(request_id) => steps.push(Step::Refuse(request_id)),
-                Incoming::Other => {}
+                Reply::ServerRequest(request_id) => steps.push(Step::Refuse(request_id)),
+                Reply::Other => {}
             }
         }
         Ok(steps)
@@ -644,7 +596,7 @@ impl StreamReader {
 }
 
 /// One page of `tools/list`: its tools and the cursor of the next page.
-fn tools_page(url: &str, page: Value) -> Result<(Vec<RemoteTool>, Option<String>), McpError> {
+fn tools_page(url: &str, page: Value) -> Result<(Vec<RemoteTool>, Option<String>), McpClientError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Page {
@@ -652,7 +604,7 @@ fn tools_page(url: &str, page: Value) -> Result<(Vec<RemoteTool>, Option<String>
         #[serde(default)]
         next_cursor: Option<String>,
     }
-    let page: Page = serde_json::from_value(page).map_err(|e| McpError::BadReply {
+    let page: Page = serde_json::from_value(page).map_err(|e| McpClientError::BadReply {
         url: url.to_string(),
         message: format!("an unexpected tools/list result: {e}"),
     })?;
@@ -720,29 +672,6 @@ mod tests {
     }
 
     #[test]
-    fn a_json_answer_is_the_response_with_the_requests_id() {
-        let id = json!(7);
-        let ok = json!({"jsonrpc": "2.0", "id": 7, "result": {"tools": []}});
-        assert_eq!(incoming(&ok, &id), Incoming::Answer(Ok(json!({"tools": []}))));
-        let error = json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32602, "message": "Unknown tool"}});
-        assert_eq!(
-            incoming(&error, &id),
-            Incoming::Answer(Err(RpcError {
-                code: -32602,
-                message: "Unknown tool".into()
-            }))
-        );
-        // Another request's answer, a notification: not this request's.
-        assert_eq!(incoming(&json!({"id": 8, "result": {}}), &id), Incoming::Other);
-        assert_eq!(incoming(&json!({"id": "7", "result": {}}), &id), Incoming::Other);
-        let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}});
-        assert_eq!(incoming(&progress, &id), Incoming::Other);
-        // A request from the server, even one whose id equals ours, is to be refused.
-        let elicit = json!({"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {}});
-        assert_eq!(incoming(&elicit, &id), Incoming::ServerRequest(json!(7)));
-    }
-
-    #[test]
     fn a_stream_yields_refusals_then_the_answer_however_it_is_cut() {
         let stream = concat!(
             "id: prime\ndata: \n\n",
@@ -784,10 +713,11 @@ mod tests {
         let error = b"data: {\"id\":1,\"error\":{\"code\":-32603,\"message\":\"boom\"}}\n\n";
         assert_eq!(
             reader.feed(error).unwrap(),
-            vec![Step::Answer(Err(RpcError {
+            vec![Step::Answer(Err(Some(ErrorObject {
                 code: -32603,
-                message: "boom".into()
-            }))]
+                message: "boom".into(),
+                data: None,
+            })))]
         );
     }
 
@@ -830,7 +760,7 @@ mod tests {
         assert_eq!(last, None);
         assert!(matches!(
             tools_page("u", json!({"tool": []})),
-            Err(McpError::BadReply { .. })
+            Err(McpClientError::BadReply { .. })
         ));
     }
 }

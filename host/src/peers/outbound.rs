@@ -18,7 +18,7 @@ pub enum OutboundError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
-    A2a(#[from] a2a::A2aError),
+    A2a(#[from] a2a::A2aClientError),
     #[error("invalid outbound request: {0}")]
     Invalid(String),
     #[error("the peer answered with a failure: {0}")]

@@ -26,7 +26,7 @@ use super::exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
 use super::instance::{self, CallSlot};
 use super::manifest::ToolSpec;
 use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
-use crate::peers::mcp::{McpError, RemoteServer};
+use crate::peers::mcp::{McpClientError, RemoteServer};
 use crate::policy::admission::Refusal;
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -383,7 +383,7 @@ async fn resolve_remote(
         });
     }
     let listed = server.tool(tool).await.map_err(|error| match error {
-        McpError::UnknownTool { .. } => ToolError::Unknown(name.to_string()),
+        McpClientError::UnknownTool { .. } => ToolError::Unknown(name.to_string()),
         other => ToolError::Failed {
             tool: name.to_string(),
             message: other.to_string(),

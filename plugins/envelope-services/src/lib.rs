@@ -1,4 +1,4 @@
-//! Example resources for signed Agora envelopes (`specs/agora-signed-envelopes.md` §3–4).
+//! Example resources for signed Agora envelopes ("Agora Protocol Specification v1.0", signed envelopes §3–4).
 //!
 //! - `agora:sum:v1` (direct): `{"numbers": [..]}` → `{"sum", "count"}`.
 //! - `agora:delay:v1` (direct): waits `{"ms": n}` (at most 4000) and says how long it took;

@@ -1,4 +1,4 @@
-"""An independent Agora signed-envelope peer (specs/agora-signed-envelopes.md §1-2).
+"""An independent Agora signed-envelope peer ("Agora Protocol Specification v1.0", signed envelopes §1-2).
 
 Written against the spec only, with `cryptography` (Ed25519), `rfc8785` (JCS) and
 `base58` (did:key). It signs its own envelopes, sends them to a node over HTTP,

@@ -10,20 +10,16 @@
 
 use serde_json::{Value, json};
 
+use crate::jsonrpc::{self, Fault, code};
 use crate::policy::browser::BrowserRefusal;
 use crate::runtime::InvokeError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum A2aError {
-    #[error("Invalid JSON payload: {0}")]
-    Parse(String),
-    #[error("Invalid Request: {0}")]
-    InvalidRequest(String),
-    #[error("Method not found: {0}")]
-    MethodNotFound(String),
-    #[error("Invalid params: {0}")]
-    InvalidParams(String),
+    /// Refused by JSON-RPC itself (parse, envelope, method, params).
+    #[error(transparent)]
+    Rpc(#[from] Fault),
     #[error("Task not found: {0}")]
     TaskNotFound(String),
     #[error("Task cannot be canceled: it is already {0}")]
@@ -50,28 +46,34 @@ pub enum A2aError {
 }
 
 impl A2aError {
+    pub fn invalid_request(why: impl Into<String>) -> A2aError {
+        Fault::InvalidRequest(why.into()).into()
+    }
+
+    pub fn invalid_params(why: impl Into<String>) -> A2aError {
+        Fault::InvalidParams(why.into()).into()
+    }
+
     pub fn code(&self) -> i64 {
         match self {
-            A2aError::Parse(_) => -32700,
-            A2aError::InvalidRequest(_) | A2aError::Browser(_) => -32600,
-            A2aError::MethodNotFound(_) => -32601,
-            A2aError::InvalidParams(_) => -32602,
+            A2aError::Rpc(fault) => fault.code(),
+            A2aError::Browser(_) => code::INVALID_REQUEST,
             A2aError::TaskNotFound(_) => -32001,
             A2aError::TaskNotCancelable(_) => -32002,
             A2aError::PushNotSupported => -32003,
             A2aError::Unsupported(_) => -32004,
             A2aError::VersionNotSupported(_) => -32009,
-            A2aError::Busy(_) | A2aError::StorageUnavailable | A2aError::Internal(_) => -32603,
+            A2aError::Busy(_) | A2aError::StorageUnavailable | A2aError::Internal(_) => code::INTERNAL_ERROR,
         }
     }
 
     /// The `ErrorInfo.reason` the SDK attaches to the same error.
     fn reason(&self) -> &'static str {
         match self {
-            A2aError::Parse(_) | A2aError::Internal(_) => "INTERNAL_ERROR",
-            A2aError::InvalidRequest(_) | A2aError::Browser(_) => "INVALID_REQUEST",
-            A2aError::MethodNotFound(_) => "METHOD_NOT_FOUND",
-            A2aError::InvalidParams(_) => "INVALID_PARAMS",
+            A2aError::Rpc(Fault::Parse(_)) | A2aError::Internal(_) => "INTERNAL_ERROR",
+            A2aError::Rpc(Fault::InvalidRequest(_)) | A2aError::Browser(_) => "INVALID_REQUEST",
+            A2aError::Rpc(Fault::MethodNotFound(_)) => "METHOD_NOT_FOUND",
+            A2aError::Rpc(Fault::InvalidParams(_)) => "INVALID_PARAMS",
             A2aError::TaskNotFound(_) => "TASK_NOT_FOUND",
             A2aError::TaskNotCancelable(_) => "TASK_NOT_CANCELABLE",
             A2aError::PushNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
@@ -85,25 +87,18 @@ impl A2aError {
     /// take the protocol's shape.
     pub fn response(&self, id: &Value) -> Value {
         let message = self.to_string();
-        if self.code() == -32603 {
+        if self.code() == code::INTERNAL_ERROR {
             tracing::warn!(transport = "a2a", %message, "request failed");
         } else {
             tracing::debug!(transport = "a2a", %message, "request refused");
         }
-        json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": self.code(),
-                "message": message,
-                "data": [{
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": self.reason(),
-                    "domain": "a2a-protocol.org",
-                    "metadata": {},
-                }],
-            },
-        })
+        let detail = json!([{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason(),
+            "domain": "a2a-protocol.org",
+            "metadata": {},
+        }]);
+        jsonrpc::error(id, self.code(), &message, Some(detail))
     }
 }
 
@@ -151,7 +146,7 @@ mod tests {
         assert!(response.get("result").is_none());
         assert_eq!(A2aError::VersionNotSupported("99.0".into()).code(), -32009);
         assert_eq!(
-            A2aError::Parse("x".into()).response(&Value::Null)["id"],
+            A2aError::Rpc(Fault::Parse("x".into())).response(&Value::Null)["id"],
             Value::Null
         );
     }

@@ -15,7 +15,7 @@
 //! - [`fleet`]: approvals and cancels for tasks another node of the fleet runs.
 //! - [`error`]: [`A2aError`], the one place errors become JSON-RPC errors.
 //!
-//! Choices the issue left to us, documented in the README:
+//! Choices the issue left to us, documented in `docs/protocols/a2a.md`:
 //! - a request without `A2A-Version` is served as 1.0 (curl-friendly; the SDK
 //!   always sends it); another major (`0.3`, `99.0`) gets `-32009`;
 //! - `ListTasks` needs a `contextId`: a context id is the capability to read
@@ -58,6 +58,7 @@ use self::wire::{
     GetTaskRequest, ListTasksRequest, Message, MessageLimits, SendMessageRequest, StreamResponse, Task,
     TaskIdRequest, TaskState, TaskStatus,
 };
+use crate::jsonrpc::{self, Dialect, Fault, Inbound, Refused};
 use crate::node::state::NodeState;
 use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
 use crate::store::depth as json_depth;
@@ -105,8 +106,8 @@ async fn rpc(
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
     if !super::bearer_authorized(&shared.node.config.a2a.auth_token, &headers) {
-        let error = A2aError::InvalidRequest(
-            "Unauthorized: this node requires Authorization: Bearer <a2a.auth_token>".into(),
+        let error = A2aError::invalid_request(
+            "Unauthorized: this node requires Authorization: Bearer <a2a.auth_token>",
         );
         let mut response =
             (StatusCode::UNAUTHORIZED, axum::Json(error.response(&Value::Null))).into_response();
@@ -119,7 +120,7 @@ async fn rpc(
     let raw = match raw {
         Ok(raw) => raw,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let error = A2aError::InvalidRequest(format!(
+            let error = A2aError::invalid_request(format!(
                 "Payload too large: the limit is {} bytes",
                 body_limit(&shared.node)
             ));
@@ -132,53 +133,24 @@ async fn rpc(
         Err(rejection) => {
             return reply_error(
                 &Value::Null,
-                A2aError::InvalidRequest(format!("unreadable body: {rejection}")),
+                A2aError::invalid_request(format!("unreadable body: {rejection}")),
             );
         }
     };
     if let Some(refusal) = refuse_deeper_than_stored(&raw) {
         return refusal;
     }
-    let body: Value = match serde_json::from_slice(&raw) {
-        Ok(body) => body,
-        Err(error) => return reply_error(&Value::Null, A2aError::Parse(error.to_string())),
-    };
-    let Value::Object(mut request) = body else {
-        let why = if body.is_array() {
-            "Batch requests are not supported"
-        } else {
-            "a request must be a JSON object"
-        };
-        return reply_error(&Value::Null, A2aError::InvalidRequest(why.into()));
-    };
-    let id = request.remove("id").unwrap_or(Value::Null);
-    if !valid_id(&id) {
-        return reply_error(
-            &Value::Null,
-            A2aError::InvalidRequest("id must be a string, integer, or null".into()),
-        );
-    }
-    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return reply_error(
-            &id,
-            A2aError::InvalidRequest("'jsonrpc' must be exactly '2.0'".into()),
-        );
-    }
-    let Some(method) = request.get("method").and_then(Value::as_str).map(str::to_string) else {
-        return reply_error(&id, A2aError::InvalidRequest("Method is required".into()));
+    let (id, method, params) = match jsonrpc::parse(&raw, DIALECT) {
+        Ok(Inbound::Request { id, method, params }) => (id, method, params),
+        // A2A's dialect reads every message as a request; nothing else reaches here.
+        Ok(_) => return reply_error(&Value::Null, A2aError::invalid_request("method is required")),
+        Err(Refused { id, fault }) => return reply_error(&id, fault.into()),
     };
     if !METHODS.contains(&method.as_str()) {
-        return reply_error(&id, A2aError::MethodNotFound(truncate(&method)));
+        return reply_error(&id, Fault::MethodNotFound(truncate(&method)).into());
     }
     if let Err(error) = check_version(&headers) {
         return reply_error(&id, error);
-    }
-    let params = request.remove("params").unwrap_or(Value::Null);
-    if !(params.is_null() || params.is_object() || params.is_array()) {
-        return reply_error(
-            &id,
-            A2aError::InvalidRequest("params must be an object or an array".into()),
-        );
     }
     let call = Request {
         shared,
@@ -197,13 +169,20 @@ async fn rpc(
         _ => Err(A2aError::Unsupported(format!("{method} is not supported"))),
     };
     match answer {
-        Ok(Answer::Result(result)) => {
-            axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
-        }
+        Ok(Answer::Result(result)) => axum::Json(jsonrpc::result(&id, result)).into_response(),
         Ok(Answer::Stream(stream)) => stream,
         Err(error) => reply_error(&id, error),
     }
 }
+
+/// A2A as a2a-sdk's server reads JSON-RPC: every message is a request (a
+/// missing id is a null one), params may be positional, no batches.
+const DIALECT: Dialect = Dialect {
+    name: "A2A",
+    notifications: false,
+    responses: false,
+    positional_params: true,
+};
 
 const METHODS: [&str; 11] = [
     "SendMessage",
@@ -239,7 +218,7 @@ fn refuse_deeper_than_stored(raw: &[u8]) -> Option<Response> {
     if depth <= MAX_REQUEST_DEPTH || serde_json::from_slice::<IgnoredAny>(raw).is_err() {
         return None;
     }
-    let error = A2aError::InvalidParams(format!(
+    let error = A2aError::invalid_params(format!(
         "the request nests {depth} levels deep; this node accepts at most {MAX_REQUEST_DEPTH} \
          (a data part's value at most {}), the deepest a stored task can be read back",
         MAX_REQUEST_DEPTH - REQUEST_LEVELS_ABOVE_PART_DATA
@@ -258,17 +237,8 @@ fn envelope_id(raw: &[u8]) -> Value {
     }
     let is_object = raw.trim_ascii_start().first() == Some(&b'{');
     match serde_json::from_slice::<Envelope>(raw) {
-        Ok(Envelope { id }) if is_object && valid_id(&id) => id,
+        Ok(Envelope { id }) if is_object && jsonrpc::valid_id(&id) => id,
         _ => Value::Null,
-    }
-}
-
-/// A JSON-RPC id: a string, an integer, or null.
-fn valid_id(id: &Value) -> bool {
-    match id {
-        Value::Null | Value::String(_) => true,
-        Value::Number(number) => number.is_i64() || number.is_u64(),
-        _ => false,
     }
 }
 
@@ -349,13 +319,13 @@ impl Request {
     async fn list_tasks(self, params: Value) -> Result<Answer, A2aError> {
         let request: ListTasksRequest = wire::params(params)?;
         if request.context_id.is_empty() {
-            return Err(A2aError::InvalidParams(
-                "contextId is required: a context's id is what lets a client read its tasks".into(),
+            return Err(A2aError::invalid_params(
+                "contextId is required: a context's id is what lets a client read its tasks",
             ));
         }
         let page_size = request.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
         if page_size == 0 || page_size > MAX_PAGE_SIZE {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::invalid_params(format!(
                 "pageSize must be between 1 and {MAX_PAGE_SIZE}"
             )));
         }
@@ -487,7 +457,7 @@ impl Request {
             .as_ref()
             .is_some_and(|context| *context != task.context_id)
         {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::invalid_params(format!(
                 "task {task_id} belongs to another contextId"
             )));
         }
@@ -512,14 +482,14 @@ impl Request {
             }
             None => {
                 let Some(approval_id) = fleet::pending_approval(&task) else {
-                    return Err(A2aError::InvalidParams(format!(
+                    return Err(A2aError::invalid_params(format!(
                         "task {task_id} is not waiting for input (it is {})",
                         state_name(task.status.state)
                     )));
                 };
                 run::decision_of(&approval_id, decided.as_ref())?;
                 if !fleet::first_answer(&self.shared, task_id, &approval_id).await? {
-                    return Err(A2aError::InvalidParams(format!(
+                    return Err(A2aError::invalid_params(format!(
                         "approval {approval_id} of task {task_id} was answered already; wait for the task"
                     )));
                 }
@@ -584,9 +554,8 @@ impl Request {
         let shared = self.shared.clone();
         let id = self.id.clone();
         tokio::spawn(async move {
-            let event = |result: &StreamResponse| {
-                Event::default().data(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
-            };
+            let event =
+                |result: &StreamResponse| Event::default().data(jsonrpc::result(&id, result).to_string());
             // The answer is on its way to the runner: the task is working again.
             let mut working = match shared.load(&task_id).await {
                 Ok(Some(task)) => task,
@@ -663,8 +632,7 @@ impl Request {
                     };
                     let ends = event.state().is_some_and(TaskState::is_interrupted);
                     let sse = Ok::<Event, Infallible>(
-                        Event::default()
-                            .data(json!({"jsonrpc": "2.0", "id": id, "result": event}).to_string()),
+                        Event::default().data(jsonrpc::result(&id, event).to_string()),
                     );
                     Some((sse, if ends { None } else { Some((None, events)) }))
                 }

@@ -386,27 +386,27 @@ pub fn decision_of(
     data: Option<&Map<String, Value>>,
 ) -> Result<ApprovalOutcome, A2aError> {
     let Some(data) = data else {
-        return Err(A2aError::InvalidParams(format!(
+        return Err(A2aError::invalid_params(format!(
             "the task waits for approval {approval_id}: answer with a data part {{\"approval_id\", \"approved\", \"feedback\"}}"
         )));
     };
     if data.get("approval_id").and_then(Value::as_str) != Some(approval_id) {
-        return Err(A2aError::InvalidParams(format!(
+        return Err(A2aError::invalid_params(format!(
             "approval_id does not name the pending approval ({approval_id})"
         )));
     }
     let Some(approved) = data.get("approved").and_then(Value::as_bool) else {
-        return Err(A2aError::InvalidParams("approved must be true or false".into()));
+        return Err(A2aError::invalid_params("approved must be true or false"));
     };
     let feedback = match data.get("feedback") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) if text.chars().count() <= MAX_FEEDBACK_CHARS => Some(text.clone()),
         Some(Value::String(_)) => {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::invalid_params(format!(
                 "feedback must be at most {MAX_FEEDBACK_CHARS} characters"
             )));
         }
-        Some(_) => return Err(A2aError::InvalidParams("feedback must be a string".into())),
+        Some(_) => return Err(A2aError::invalid_params("feedback must be a string")),
     };
     Ok(if approved {
         ApprovalOutcome::Approved

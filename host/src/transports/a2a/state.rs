@@ -390,7 +390,7 @@ impl A2a {
                 .iter()
                 .position(|id| id == token)
                 .map(|index| index + 1)
-                .ok_or_else(|| A2aError::InvalidParams("pageToken is not one this node gave".into()))?,
+                .ok_or_else(|| A2aError::invalid_params("pageToken is not one this node gave"))?,
         };
         let wanted = |state: TaskState| request.status.is_none_or(|status| status == state);
         let mut listed = Vec::with_capacity(ids.len());
@@ -618,14 +618,14 @@ impl LiveTask {
         let mut inner = self.inner.lock();
         let state = inner.task.status.state;
         let Some(pending) = inner.pending.as_ref() else {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::invalid_params(format!(
                 "task {} is not waiting for input (it is {})",
                 self.id,
                 state_name(state)
             )));
         };
         if state != TaskState::InputRequired {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::invalid_params(format!(
                 "task {} is not waiting for input yet; retry in a moment",
                 self.id
             )));

@@ -313,7 +313,7 @@ pub fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, A2aErr
     } else {
         params
     };
-    serde_json::from_value(params).map_err(|error| A2aError::InvalidParams(error.to_string()))
+    serde_json::from_value(params).map_err(|error| A2aError::invalid_params(error.to_string()))
 }
 
 /// What the node accepts in one inbound message.
@@ -326,23 +326,23 @@ pub struct MessageLimits {
 /// configured number, each with exactly one content, and ids of a sane size.
 pub fn validate_message(message: &Message, limits: &MessageLimits) -> Result<(), A2aError> {
     if message.role != Role::User {
-        return Err(A2aError::InvalidParams("message.role must be ROLE_USER".into()));
+        return Err(A2aError::invalid_params("message.role must be ROLE_USER"));
     }
     if message.message_id.is_empty() {
-        return Err(A2aError::InvalidParams("message.messageId is required".into()));
+        return Err(A2aError::invalid_params("message.messageId is required"));
     }
     if message.parts.is_empty() {
-        return Err(A2aError::InvalidParams("message.parts must not be empty".into()));
+        return Err(A2aError::invalid_params("message.parts must not be empty"));
     }
     if message.parts.len() > limits.max_parts {
-        return Err(A2aError::InvalidParams(format!(
+        return Err(A2aError::invalid_params(format!(
             "message has {} parts; at most {} are accepted",
             message.parts.len(),
             limits.max_parts
         )));
     }
     if let Some(index) = message.parts.iter().position(|part| part.contents() != 1) {
-        return Err(A2aError::InvalidParams(format!(
+        return Err(A2aError::invalid_params(format!(
             "message.parts[{index}] must have exactly one of text, data, url or raw"
         )));
     }
@@ -354,7 +354,7 @@ pub fn validate_message(message: &Message, limits: &MessageLimits) -> Result<(),
         if let Some(id) = id
             && (id.chars().count() > limits.max_id_chars || id.chars().any(char::is_control))
         {
-            return Err(A2aError::InvalidParams(format!(
+            return Err(A2aError::invalid_params(format!(
                 "message.{name} must be at most {} printable characters",
                 limits.max_id_chars
             )));

@@ -1,4 +1,4 @@
-//! Agora two-party JSON exchanges (`specs/agora-two-party-json.txt`): the
+//! Agora two-party JSON exchanges ("Agora Protocol for Two-Party JSON Exchanges"): the
 //! routes, read in the order the spec reads.
 //!
 //! - §5–6: `POST {base}` carries `body`, optional `protocolHash`,

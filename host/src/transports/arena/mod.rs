@@ -1,6 +1,6 @@
-//! Agora Arena Protocol (`specs/agora-arena-aap.es.txt`, read with
-//! `agora-arena-aap.en.md`, whose numbering the § marks here follow); our
-//! reading and the ambiguities we settled are in `docs/arena.md`. This module
+//! Agora Arena Protocol (AAP) 1.0 (the Spanish original, read with its
+//! English reading, whose numbering the § marks here follow); our
+//! reading and the ambiguities we settled are in `docs/protocols/arena.md`. This module
 //! holds the routes, read as the spec reads.
 //!
 //! - §1: `POST {arena.path}` carries a task ([`wire`]); the plugin serving its

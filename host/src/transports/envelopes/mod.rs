@@ -1,4 +1,4 @@
-//! Signed Agora envelopes (`specs/agora-signed-envelopes.md`) over HTTP and WebSocket.
+//! Signed Agora envelopes ("Agora Protocol Specification v1.0", signed envelopes) over HTTP and WebSocket.
 //!
 //! Our binding of the transport-agnostic spec:
 //! - `POST {path}`: one envelope per request; the response body is the node's

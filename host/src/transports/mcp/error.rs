@@ -10,20 +10,16 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::jsonrpc::{self, Fault, code};
 use crate::policy::browser::BrowserRefusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
-    #[error("Parse error: {0}")]
-    Parse(String),
-    #[error("Invalid Request: {0}")]
-    InvalidRequest(String),
-    #[error("Method not found: {0}")]
-    MethodNotFound(String),
-    #[error("Invalid params: {0}")]
-    InvalidParams(String),
+    /// Refused by JSON-RPC itself (parse, envelope, method, params).
+    #[error(transparent)]
+    Rpc(#[from] Fault),
     #[error("Bad Request: Mcp-Session-Id header is required after initialize")]
     MissingSession,
     #[error("Session not found: it ended or never existed; initialize a new one")]
@@ -50,20 +46,27 @@ pub enum McpError {
 }
 
 impl McpError {
+    pub fn invalid_request(why: impl Into<String>) -> McpError {
+        Fault::InvalidRequest(why.into()).into()
+    }
+
+    pub fn invalid_params(why: impl Into<String>) -> McpError {
+        Fault::InvalidParams(why.into()).into()
+    }
+
     pub fn code(&self) -> i64 {
         match self {
-            McpError::Parse(_) => -32700,
-            McpError::InvalidRequest(_)
-            | McpError::MissingSession
+            McpError::Rpc(fault) => fault.code(),
+            McpError::MissingSession
             | McpError::Unauthorized
             | McpError::Browser(_)
             | McpError::TooLarge(_)
             | McpError::NotAcceptable(_)
-            | McpError::StreamOpen => -32600,
-            McpError::MethodNotFound(_) | McpError::UnservedEra => -32601,
-            McpError::InvalidParams(_) => -32602,
+            | McpError::StreamOpen => code::INVALID_REQUEST,
+            McpError::UnservedEra => code::METHOD_NOT_FOUND,
+            // A server error of the node's; clients act on the HTTP 404 beside it.
             McpError::UnknownSession => -32001,
-            McpError::Busy(_) => -32000,
+            McpError::Busy(_) => code::SERVER_ERROR,
         }
     }
 
@@ -71,9 +74,8 @@ impl McpError {
         match self {
             // Within a session, a method or parameters the node does not take are
             // JSON-RPC errors in a 200 answer, as for any JSON-RPC server.
-            McpError::MethodNotFound(_) | McpError::InvalidParams(_) => StatusCode::OK,
-            McpError::Parse(_)
-            | McpError::InvalidRequest(_)
+            McpError::Rpc(Fault::MethodNotFound(_) | Fault::InvalidParams(_)) => StatusCode::OK,
+            McpError::Rpc(Fault::Parse(_) | Fault::InvalidRequest(_))
             | McpError::UnservedEra
             | McpError::MissingSession => StatusCode::BAD_REQUEST,
             McpError::StreamOpen => StatusCode::CONFLICT,
@@ -88,11 +90,7 @@ impl McpError {
 
     /// The JSON-RPC error object for request `id`.
     pub fn body(&self, id: &Value) -> Value {
-        json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {"code": self.code(), "message": self.to_string()},
-        })
+        jsonrpc::error(id, self.code(), &self.to_string(), None)
     }
 
     /// The HTTP answer: the status Streamable HTTP asks for, the JSON-RPC error as its body.

@@ -18,7 +18,7 @@
 //! call's own stream sit in the request path, where a framework's session
 //! manager would hide them.
 //!
-//! Choices the issue left open, documented in the README: the stateless
+//! Choices the issue left open, documented in `docs/protocols/mcp.md`: the stateless
 //! 2026-07-28 era is not served (`server/discover` gets HTTP 400, so clients
 //! fall back to `initialize`); `tools/call` answers on an SSE stream whenever
 //! the client accepts one (other requests answer JSON); a session lives on the
@@ -46,7 +46,8 @@ use tokio::sync::mpsc;
 
 use self::error::McpError;
 use self::state::{InUse, Mcp, McpSession, Shared};
-use self::wire::{Inbound, PROTOCOL_VERSION_HEADER, PROTOCOL_VERSIONS, SESSION_HEADER};
+use self::wire::{PROTOCOL_VERSION_HEADER, PROTOCOL_VERSIONS, SESSION_HEADER};
+use crate::jsonrpc::{self, Fault, Inbound, Refused};
 use crate::node::state::NodeState;
 
 /// Messages an SSE answer buffers for a slow client before the call waits.
@@ -99,12 +100,12 @@ async fn receive(
             return McpError::TooLarge(body_limit(&shared.node)).into_response();
         }
         Err(rejection) => {
-            return McpError::InvalidRequest(format!("unreadable body: {rejection}")).into_response();
+            return McpError::invalid_request(format!("unreadable body: {rejection}")).into_response();
         }
     };
-    let message = match wire::parse(&raw) {
+    let message = match jsonrpc::parse(&raw, wire::DIALECT) {
         Ok(message) => message,
-        Err((id, error)) => return error.into_response_for(&id),
+        Err(Refused { id, fault }) => return McpError::from(fault).into_response_for(&id),
     };
     if let Inbound::Request { id, method, params } = &message {
         if method == "initialize" {
@@ -153,10 +154,10 @@ async fn request(
             Ok(call) => Ok(tools::call(shared, session, call, None).await),
             Err(error) => Err(error),
         },
-        other => Err(McpError::MethodNotFound(other.to_string())),
+        other => Err(Fault::MethodNotFound(other.to_string()).into()),
     };
     match answer {
-        Ok(result) => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response(),
+        Ok(result) => axum::Json(jsonrpc::result(&id, result)).into_response(),
         Err(error) => error.into_response_for(&id),
     }
 }
@@ -177,9 +178,7 @@ fn call_on_stream(
         let sender = sender.clone();
         tokio::spawn(async move {
             let result = tools::call(&shared, &session, call, Some(sender.clone())).await;
-            let _ = sender
-                .send(json!({"jsonrpc": "2.0", "id": id, "result": result}))
-                .await;
+            let _ = sender.send(jsonrpc::result(&id, result)).await;
             drop(in_use);
         })
     };
@@ -225,7 +224,7 @@ async fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Valu
         "instructions": "The tools of this Agora node's plugins. Tools at or above the node's approval \
                          threshold run only after you approve them in a form the node sends.",
     });
-    let mut response = axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response();
+    let mut response = axum::Json(jsonrpc::result(id, result)).into_response();
     if let Ok(value) = HeaderValue::from_str(&session.id) {
         response.headers_mut().insert(SESSION_HEADER, value);
     }
@@ -268,7 +267,7 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
                     let now = tools::listing_fingerprint(&runtime.registry());
                     if now != shown {
                         shown = now;
-                        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+                        let note = jsonrpc::notification("notifications/tools/list_changed", None);
                         if sender.send(note).await.is_err() {
                             return;
                         }
@@ -306,7 +305,7 @@ fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<InUse, McpError> {
     if let Some(version) = headers.get(PROTOCOL_VERSION_HEADER) {
         let version = version.to_str().unwrap_or_default();
         if !PROTOCOL_VERSIONS.contains(&version) {
-            return Err(McpError::InvalidRequest(format!(
+            return Err(McpError::invalid_request(format!(
                 "MCP-Protocol-Version {:?} is not served; this node speaks {}",
                 version.chars().take(32).collect::<String>(),
                 PROTOCOL_VERSIONS.join(", ")

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::state::{McpSession, Shared};
 use super::wire::{ElicitAnswer, ToolCallParams, elicit_answer};
+use crate::jsonrpc;
 use crate::runtime::manifest::ToolSpec;
 use crate::runtime::{
     ApprovalAsked, ApprovalOutcome, Approver, Exchange, LoadedPlugin, Registry, Risk, ToolError,
@@ -260,12 +261,8 @@ impl Approver for FormApprover {
     }
 
     async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
-        let form = json!({
-            "jsonrpc": "2.0",
-            "id": question.approval_id,
-            "method": "elicitation/create",
-            "params": approval_form(question, self.session.protocol_version),
-        });
+        let params = approval_form(question, self.session.protocol_version);
+        let form = jsonrpc::request(question.approval_id.as_str(), "elicitation/create", Some(params));
         self.stream
             .send(form)
             .await
@@ -274,11 +271,11 @@ impl Approver for FormApprover {
 
     fn withdraw(&self, question: &ApprovalAsked) {
         // Timed out or the call went away: tell the client the form is moot.
-        let _ = self.stream.try_send(json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/cancelled",
-            "params": {"requestId": question.approval_id, "reason": "the approval is no longer needed (timed out or the call ended)"},
-        }));
+        let reason = "the approval is no longer needed (timed out or the call ended)";
+        let params = json!({"requestId": question.approval_id, "reason": reason});
+        let _ = self
+            .stream
+            .try_send(jsonrpc::notification("notifications/cancelled", Some(params)));
     }
 }
 

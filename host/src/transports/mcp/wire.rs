@@ -1,10 +1,12 @@
 //! What travels on `POST {mcp.path}`: one JSON-RPC 2.0 message per body
-//! (§"Base Protocol"; batches were removed in 2025-06-18), classified before any
-//! method is looked at, and the few parameter shapes the node reads.
+//! (§"Base Protocol"; batches were removed in 2025-06-18), classified by
+//! [`crate::jsonrpc`] in MCP's [`DIALECT`] before any method is looked at, and
+//! the few parameter shapes the node reads.
 
 use serde_json::{Map, Value};
 
 use super::error::McpError;
+use crate::jsonrpc::Dialect;
 
 /// The handshake-era revisions the node serves, oldest first; the last is
 /// offered to a client asking for one the node does not know (§"Lifecycle",
@@ -16,103 +18,14 @@ pub const LATEST_PROTOCOL_VERSION: &str = "2025-11-25";
 pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 pub const SESSION_HEADER: &str = "mcp-session-id";
 
-const MAX_METHOD_CHARS: usize = 128;
-
-/// One inbound message.
-#[derive(Debug)]
-pub enum Inbound {
-    Request {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    Notification {
-        method: String,
-    },
-    /// The client's answer to a request of the node's (an elicitation).
-    Response {
-        id: Value,
-        outcome: Result<Value, Value>,
-    },
-}
-
-/// Classify a body; a failure carries the request id when one could be read.
-pub fn parse(raw: &[u8]) -> Result<Inbound, (Value, McpError)> {
-    let body: Value =
-        serde_json::from_slice(raw).map_err(|error| (Value::Null, McpError::Parse(error.to_string())))?;
-    let Value::Object(mut message) = body else {
-        let why = if body.is_array() {
-            "batches are not supported (removed in protocol 2025-06-18)"
-        } else {
-            "a message must be a JSON object"
-        };
-        return Err((Value::Null, McpError::InvalidRequest(why.into())));
-    };
-    let id = message.remove("id");
-    if let Some(id) = &id
-        && !valid_id(id)
-    {
-        return Err((
-            Value::Null,
-            McpError::InvalidRequest("id must be a string or an integer".into()),
-        ));
-    }
-    let reply_id = id.clone().unwrap_or(Value::Null);
-    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err((
-            reply_id,
-            McpError::InvalidRequest("'jsonrpc' must be \"2.0\"".into()),
-        ));
-    }
-    if let Some(method) = message.get("method") {
-        let Some(method) = method.as_str() else {
-            return Err((
-                reply_id,
-                McpError::InvalidRequest("method must be a string".into()),
-            ));
-        };
-        if method.chars().count() > MAX_METHOD_CHARS {
-            return Err((reply_id, McpError::MethodNotFound("(a name that long)".into())));
-        }
-        let method = method.to_string();
-        let params = message.remove("params").unwrap_or(Value::Null);
-        if !(params.is_null() || params.is_object()) {
-            return Err((
-                reply_id,
-                McpError::InvalidParams("params must be an object".into()),
-            ));
-        }
-        return Ok(match id {
-            Some(id) => Inbound::Request { id, method, params },
-            None => Inbound::Notification { method },
-        });
-    }
-    let Some(id) = id else {
-        return Err((
-            Value::Null,
-            McpError::InvalidRequest("a message needs a method, or an id with a result or error".into()),
-        ));
-    };
-    let outcome = match (message.remove("result"), message.remove("error")) {
-        (Some(result), None) => Ok(result),
-        (None, Some(error)) => Err(error),
-        _ => {
-            return Err((
-                id,
-                McpError::InvalidRequest("a response has exactly one of result and error".into()),
-            ));
-        }
-    };
-    Ok(Inbound::Response { id, outcome })
-}
-
-fn valid_id(id: &Value) -> bool {
-    match id {
-        Value::String(text) => text.len() <= 256,
-        Value::Number(number) => number.is_i64() || number.is_u64(),
-        _ => false,
-    }
-}
+/// MCP as JSON-RPC since 2025-06-18: notifications, the client's answers to
+/// the node's requests (elicitation), named params only, no batches.
+pub const DIALECT: Dialect = Dialect {
+    name: "MCP since protocol 2025-06-18",
+    notifications: true,
+    responses: true,
+    positional_params: false,
+};
 
 /// The revision to answer an `initialize` asking for `requested` with.
 pub fn negotiate(requested: Option<&str>) -> &'static str {
@@ -140,14 +53,14 @@ pub struct ToolCallParams {
 
 pub fn tool_call_params(params: &Value) -> Result<ToolCallParams, McpError> {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
-        return Err(McpError::InvalidParams("tools/call needs a string 'name'".into()));
+        return Err(McpError::invalid_params("tools/call needs a string 'name'"));
     };
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(Value::Object(arguments)) => Value::Object(arguments.clone()),
         Some(_) => {
-            return Err(McpError::InvalidParams(
-                "tools/call 'arguments' must be an object".into(),
+            return Err(McpError::invalid_params(
+                "tools/call 'arguments' must be an object",
             ));
         }
     };
@@ -162,8 +75,8 @@ pub fn cursor(params: &Value) -> Result<Option<String>, McpError> {
     match params.get("cursor") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(cursor)) if cursor.len() <= 512 => Ok(Some(cursor.clone())),
-        Some(_) => Err(McpError::InvalidParams(
-            "cursor must be a cursor this server returned".into(),
+        Some(_) => Err(McpError::invalid_params(
+            "cursor must be a cursor this server returned",
         )),
     }
 }
@@ -217,32 +130,6 @@ pub fn elicit_answer(outcome: Result<Value, Value>) -> ElicitAnswer {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn messages_are_told_apart_by_method_and_id() {
-        let request = parse(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
-        assert!(matches!(request, Inbound::Request { method, .. } if method == "ping"));
-        let note = parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
-        assert!(matches!(note, Inbound::Notification { .. }));
-        let answer = parse(br#"{"jsonrpc":"2.0","id":"e1","result":{"action":"cancel"}}"#).unwrap();
-        assert!(matches!(answer, Inbound::Response { outcome: Ok(_), .. }));
-    }
-
-    #[test]
-    fn bad_messages_are_refused_with_their_code() {
-        let code = |raw: &[u8]| parse(raw).unwrap_err().1.code();
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"#), -32700);
-        assert_eq!(code(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), -32600);
-        assert_eq!(code(br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), -32600);
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), -32600);
-        assert_eq!(
-            code(br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#),
-            -32602
-        );
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1}"#), -32600);
-        let (id, _) = parse(br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#).unwrap_err();
-        assert_eq!(id, json!(7));
-    }
 
     #[test]
     fn a_known_revision_is_echoed_and_any_other_gets_the_latest() {

@@ -1,4 +1,4 @@
-//! The Fetch.ai uAgents exchange protocol (`specs/uagents-exchange.txt`,
+//! The Fetch.ai uAgents exchange protocol ("uAgents Exchange protocol",
 //! "Envelopes" and "Endpoints"), matched to what uagents 0.26.1 does:
 //!
 //! - `POST /submit` takes a JSON envelope; `200 {}` on success, `400
