@@ -49,6 +49,7 @@ mod registry;
 mod schedules;
 mod settings;
 mod stdio;
+mod streaming;
 mod tools;
 mod warm;
 pub mod watcher;
@@ -68,6 +69,7 @@ pub use error::{InvokeError, LoadError, ToolError};
 pub use exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
 pub use manifest::PluginManifest;
 pub use registry::Registry;
+pub use streaming::{EventSink, EventStream, event_channel};
 
 /// Kept at their old paths for callers of the runtime; they live in [`crate::vocab`].
 pub use crate::vocab::{Call, FailureKind, Phase, Risk, TransportKind};

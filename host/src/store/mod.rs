@@ -448,6 +448,36 @@ impl Store {
             .await
     }
 
+    /// Append one entry in the shape plugins read back from `host::history()`
+    /// (`{"role", "body", "at"}`, `at` in ms): every transport's history is
+    /// this one shape. Bounded as [`Store::append_history`]; the answer is the
+    /// entry's stored size, for a transport that charges it to a quota.
+    pub async fn append_entry(
+        &self,
+        id: &str,
+        role: &str,
+        body: &serde_json::Value,
+        max_entries: usize,
+    ) -> Result<usize> {
+        #[derive(Serialize)]
+        struct HistoryEntry<'a> {
+            role: &'a str,
+            body: &'a serde_json::Value,
+            at: u64,
+        }
+        let entry = HistoryEntry {
+            role,
+            body,
+            at: now_ms(),
+        };
+        let bytes = encode(&entry)?;
+        let size = bytes.len();
+        self.backend
+            .append_history(id, &bytes, max_entries as u64, self.max_history_bytes)
+            .await?;
+        Ok(size)
+    }
+
     /// Entries of `id` after sequence number `after` (from the start when
     /// `None`), oldest first: at most `max_entries`, and at most `max_bytes` of
     /// stored JSON unless the first entry alone is larger (then it is the page,

@@ -31,9 +31,9 @@ use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpd
 use crate::node::state::NodeState;
 use crate::runtime::approval::APPROVAL_ASKED;
 use crate::runtime::{
-    ApprovalAsked, ApprovalOutcome, Approver, Call, Exchange, LoadedPlugin, Phase, PluginEvent, TransportKind,
+    ApprovalAsked, ApprovalOutcome, Approver, Call, EventSink, Exchange, LoadedPlugin, Phase, PluginEvent,
+    TransportKind, event_channel,
 };
-use crate::store::now_ms;
 use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -123,7 +123,7 @@ async fn try_answer(
         .ok_or_else(|| A2aError::Internal("the task has no message".into()))?;
     live.set_status(TaskState::Working, None);
 
-    let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
+    let (events, stream) = event_channel(EVENT_BUFFER);
     let approver = Arc::new(TaskApprover {
         live: live.clone(),
         events: events.clone(),
@@ -152,23 +152,16 @@ async fn try_answer(
         .to_string(),
     };
     let mut answer = Answer {
+        shared,
         live,
         artifact_id: super::wire::new_id(),
         chunks: ChunkedAnswer::new(MAX_ANSWER_BYTES),
         sent_any: false,
     };
-    let invoke = node.runtime.invoke(&plugin, call, exchange);
-    tokio::pin!(invoke);
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            Some(event) = stream.recv() => answer.on_event(shared, event).await,
-            outcome = &mut invoke => break outcome,
-        }
-    };
-    while let Ok(event) = stream.try_recv() {
-        answer.on_event(shared, event).await;
-    }
+    let outcome = node
+        .runtime
+        .invoke_streaming(&plugin, call, exchange, stream, &mut answer, None)
+        .await;
     let reply = outcome?;
     let reply: Value = serde_json::from_str(&reply).unwrap_or(Value::String(reply));
     let stated = reply["content"]
@@ -202,21 +195,17 @@ async fn store_task(shared: &Shared, task: &Task) -> Result<(), A2aError> {
 
 /// Add to a context's conversation history (what the plugin's `history()` reads).
 pub async fn append(shared: &Shared, context_id: &str, role: &str, body: Value) -> Result<(), A2aError> {
-    let entry = json!({"role": role, "body": body, "at": now_ms()});
-    shared
-        .node
-        .store
-        .append_history(
-            &context_key(context_id),
-            &entry,
-            shared.node.config.a2a.max_history_entries,
-        )
+    let max_entries = shared.node.config.a2a.max_history_entries;
+    let store = &shared.node.store;
+    store
+        .append_entry(&context_key(context_id), role, &body, max_entries)
         .await?;
     Ok(())
 }
 
 /// The answer being assembled and streamed.
 struct Answer<'a> {
+    shared: &'a Shared,
     live: &'a Arc<LiveTask>,
     artifact_id: String,
     /// The answer so far; its latest chunk is held back to say `lastChunk: true`.
@@ -224,8 +213,9 @@ struct Answer<'a> {
     sent_any: bool,
 }
 
-impl Answer<'_> {
-    async fn on_event(&mut self, shared: &Shared, event: PluginEvent) {
+impl EventSink for Answer<'_> {
+    async fn on_event(&mut self, event: PluginEvent) {
+        let shared = self.shared;
         match event.kind.as_str() {
             "chunk" | "assistant_message_chunk" => {
                 if let Some(content) = event.data["content"].as_str() {
@@ -261,7 +251,9 @@ impl Answer<'_> {
             other => tracing::debug!(kind = other, "a2a: event kind ignored"),
         }
     }
+}
 
+impl Answer<'_> {
     fn chunk(&mut self, content: &str) {
         match self.chunks.push(content) {
             Ok(Some(previous)) => self.send(previous, false),

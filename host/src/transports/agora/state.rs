@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::error::AgoraError;
 use super::limits::{self, ConversationLimits};
@@ -253,11 +253,12 @@ pub(super) async fn append(
     role: &str,
     body: &Value,
 ) -> Result<(), AgoraError> {
-    let entry = json!({"role": role, "body": body, "at": now_ms()});
+    let max_entries = state.config.agora.max_history_entries;
     state
         .store
-        .append_history(history_id, &entry, state.config.agora.max_history_entries)
+        .append_entry(history_id, role, body, max_entries)
         .await
+        .map(drop)
         .map_err(|error| match error {
             StoreError::Limit(message) => AgoraError::Rejected(message),
             other => other.into(),

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use super::state::Arena;
 use super::stream::EventStream;
 use super::wire::Task;
-use crate::runtime::PluginEvent;
+use crate::runtime::{EventSink, PluginEvent};
 
 /// One task's events on their way to the stream, and what the host learns from them.
 pub(super) struct Events {
@@ -24,6 +24,13 @@ pub(super) struct Events {
     pub(super) tools: Vec<String>,
     pub(super) subagents: Vec<String>,
     tool_started: HashMap<String, Instant>,
+}
+
+impl EventSink for Events {
+    fn on_event(&mut self, event: PluginEvent) -> impl Future<Output = ()> + Send {
+        self.forward(event);
+        std::future::ready(())
+    }
 }
 
 impl Events {

@@ -31,7 +31,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use self::error::{ArenaError, RETRY_AFTER_SECS};
 use self::events::Events;
@@ -39,7 +38,7 @@ use self::state::{Arena, Shared};
 use self::wire::{AAP_VERSION, bearer, build_reply, parse_task};
 use crate::crypto::jwt;
 use crate::node::state::NodeState;
-use crate::runtime::{Call, Exchange, Phase, TransportKind};
+use crate::runtime::{Call, Exchange, Phase, TransportKind, event_channel};
 
 /// Plugin events one task may have in flight to the stream buffer.
 const EVENT_CHANNEL: usize = 256;
@@ -109,7 +108,7 @@ async fn task(
     };
 
     let events = Events::new(&arena, &task);
-    let (sender, mut receiver) = mpsc::channel(EVENT_CHANNEL);
+    let (sender, stream) = event_channel(EVENT_CHANNEL);
     let mut exchange = Exchange::new().with_events(sender);
     // The forwarding below never waits, so a full channel means a runaway plugin.
     exchange.emit_timeout = Some(Duration::from_millis(100));
@@ -124,25 +123,13 @@ async fn task(
     let request_timeout = Duration::from_millis(arena.node.config.http.request_timeout_ms);
     let deadline = tokio::time::Instant::from_std(started) + budget(task.time_limit, request_timeout);
     let runtime = arena.node.runtime.clone();
-    let mut invoke = Box::pin(runtime.invoke(&plugin, call, exchange));
     let mut events = events;
-    // Dropping `invoke` at the deadline drops the plugin's store: the wasm call
-    // stops at its next epoch tick.
-    let outcome = loop {
-        tokio::select! {
-            result = &mut invoke => break Some(result),
-            Some(event) = receiver.recv() => events.forward(event),
-            _ = tokio::time::sleep_until(deadline) => break None,
-        }
-    };
-    drop(invoke);
-    while let Ok(event) = receiver.try_recv() {
-        events.forward(event);
-    }
+    let outcome = runtime
+        .invoke_streaming(&plugin, call, exchange, stream, &mut events, Some(deadline))
+        .await;
     let result = match outcome {
-        None => Err(ArenaError::Timeout),
-        Some(Ok(reply)) => build_reply(&reply, &events.tools, &events.subagents, started),
-        Some(Err(error)) => Err(ArenaError::from(error)),
+        Ok(reply) => build_reply(&reply, &events.tools, &events.subagents, started),
+        Err(error) => Err(ArenaError::from(error)),
     };
     match &result {
         Ok((reply, latency_ms)) => {

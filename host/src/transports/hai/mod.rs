@@ -403,16 +403,12 @@ impl Shared {
     /// Append to the session's history (what `host::history()` returns to the
     /// plugin); its size is charged when the session is next recorded.
     async fn append(&self, session: &Session, role: &str, body: Value) -> Result<(), HaiError> {
-        let entry = json!({"role": role, "body": body, "at": now_ms()});
-        self.node
-            .store
-            .append_history(
-                &history_id(&session.id),
-                &entry,
-                self.node.config.hai.max_history_entries,
-            )
+        let max_entries = self.node.config.hai.max_history_entries;
+        let store = &self.node.store;
+        let size = store
+            .append_entry(&history_id(&session.id), role, &body, max_entries)
             .await?;
-        session.appended(entry.to_string().len() as u64);
+        session.appended(size as u64);
         Ok(())
     }
 

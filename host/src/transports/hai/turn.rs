@@ -24,7 +24,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::session::{HostCalls, Origin, QueuedTurn, Session, SessionApprover};
 use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
@@ -32,7 +31,9 @@ use super::{HaiError, Shared, history_id};
 use serde::Deserialize;
 
 use crate::runtime::approval::APPROVAL_ASKED;
-use crate::runtime::{ApprovalAsked, Call, Exchange, Phase, PluginEvent, Risk, TransportKind};
+use crate::runtime::{
+    ApprovalAsked, Call, EventSink, Exchange, Phase, PluginEvent, Risk, TransportKind, event_channel,
+};
 use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -98,7 +99,7 @@ async fn answer(
         shared.node.runtime.not_found_yet()?;
         return Err(HaiError::NoAssistant);
     };
-    let (events, mut stream) = mpsc::channel(EVENT_BUFFER);
+    let (events, stream) = event_channel(EVENT_BUFFER);
     let host_calls = HostCalls::default();
     let owner = origin.ip;
     let approver = Arc::new(SessionApprover {
@@ -138,18 +139,9 @@ async fn answer(
         announced_tools: false,
     };
     let runtime = shared.node.runtime.clone();
-    let invoke = runtime.invoke(&plugin, call, exchange);
-    tokio::pin!(invoke);
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            Some(event) = stream.recv() => turn.on_event(event).await,
-            outcome = &mut invoke => break outcome,
-        }
-    };
-    while let Ok(event) = stream.try_recv() {
-        turn.on_event(event).await;
-    }
+    let outcome = runtime
+        .invoke_streaming(&plugin, call, exchange, stream, &mut turn, None)
+        .await;
     match outcome {
         Ok(reply) => turn.finish(&reply).await,
         Err(error) => {
@@ -183,11 +175,7 @@ struct Turn<'a> {
     announced_tools: bool,
 }
 
-impl Turn<'_> {
-    fn session_id(&self) -> String {
-        self.session.id.clone()
-    }
-
+impl EventSink for Turn<'_> {
     async fn on_event(&mut self, event: PluginEvent) {
         match event.kind.as_str() {
             "chunk" | "assistant_message_chunk" => {
@@ -220,6 +208,12 @@ impl Turn<'_> {
             "tool_call" => self.tool_call(&event.data).await,
             other => tracing::debug!(kind = other, "hai: event kind ignored"),
         }
+    }
+}
+
+impl Turn<'_> {
+    fn session_id(&self) -> String {
+        self.session.id.clone()
     }
 
     fn chunk(&mut self, content: &str) {

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::error::McpError;
@@ -39,7 +39,6 @@ use crate::listener::caps::client_key;
 use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
 use crate::runtime::ApprovalOutcome;
-use crate::store::now_ms;
 
 pub type Shared = Arc<Mcp>;
 
@@ -238,10 +237,9 @@ impl Mcp {
 
     /// Record a tool call or an approval in the session's history; best effort.
     pub async fn record(&self, session: &McpSession, role: &str, body: Value) {
-        let entry = json!({"role": role, "body": body, "at": now_ms()});
         let store = &self.node.store;
         if let Err(error) = store
-            .append_history(&session.history_id(), &entry, MAX_HISTORY_ENTRIES)
+            .append_entry(&session.history_id(), role, &body, MAX_HISTORY_ENTRIES)
             .await
         {
             tracing::warn!(session = %session.id, %error, "mcp: history not recorded");
