@@ -15,7 +15,7 @@
 //!
 //! | layer | modules | may use | what |
 //! |---|---|---|---|
-//! | 0 | `vocab`, `logging`, `jsonrpc` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields; JSON-RPC 2.0 for every protocol on it |
+//! | 0 | `vocab`, `logging`, `jsonrpc`, `background` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields; JSON-RPC 2.0 for every protocol on it; the node's background tasks |
 //! | 1 | `crypto` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT |
 //! | 2 | `config` | 0–1 | layered configuration and its validation |
 //! | 3 | `store`, `metrics` | 0–2 | durable state in sled; Prometheus metrics |
@@ -30,6 +30,7 @@
 //!
 //! `main.rs` (the binary) sits above them all.
 
+pub mod background;
 pub mod cli;
 pub mod config;
 pub mod crypto;

@@ -328,6 +328,28 @@ fn sigterm_drains_in_flight_requests() {
     assert!(status.success(), "graceful shutdown exits 0: {status:?}");
 }
 
+#[test]
+fn shutdown_stops_the_nodes_background_tasks_within_the_grace_period() {
+    let node = TestNode::builder().start();
+    node.signal_stop();
+    node.wait_for_log("background tasks stopped");
+    let log = node.log_text();
+    let line = log
+        .lines()
+        .find(|line| line.contains("background tasks stopped"))
+        .unwrap();
+    // The store's sweeper and schedules at least, and every transport's own loops.
+    let tasks: usize = line
+        .split("tasks=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no task count in {line:?}"));
+    assert!(tasks >= 3, "{line}");
+    assert!(!log.contains("background tasks still running"), "{log}");
+    assert!(node.stop().success());
+}
+
 fn run_node_expecting_failure(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agora-node"));

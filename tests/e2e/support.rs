@@ -337,6 +337,15 @@ impl TestNode {
         );
     }
 
+    /// Send SIGTERM without waiting, so a test can read the shutdown as it
+    /// happens; [`Self::stop`] then waits for the exit.
+    pub fn signal_stop(&self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
     /// Stop with SIGTERM and wait (graceful shutdown).
     pub fn stop(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")

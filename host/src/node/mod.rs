@@ -3,7 +3,8 @@
 //! Every transport shares the main listener unless its section names its own
 //! `listen`; each listener bounds connections, headers, bodies and time (see
 //! [`crate::listener`]). Shutdown (SIGINT, SIGTERM) stops accepting, lets
-//! in-flight requests finish within `http.shutdown_grace_ms`, then flushes the store.
+//! in-flight requests finish and stops the background tasks, all within
+//! `http.shutdown_grace_ms`, then flushes the store.
 
 pub mod config_watch;
 mod observe;
@@ -19,6 +20,7 @@ use axum::extract::DefaultBodyLimit;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::background::Background;
 use crate::config::{Config, StoreBackend, parse_listen};
 use crate::listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
@@ -89,11 +91,12 @@ impl Node {
         let metrics = Metrics::new();
         let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
+        let background = Background::new();
         // Compiling can take a minute on a cold cache: the listeners answer
         // meanwhile, `/health` saying "starting" with each plugin's progress.
-        tokio::spawn(runtime.load_all());
+        background.spawn("plugins.load", runtime.load_all());
         // Plugins' declared schedules, following every load and removal.
-        tokio::spawn(runtime.run_schedules());
+        background.spawn("plugins.schedules", runtime.run_schedules());
         let watcher = watcher::watch(runtime.clone())?;
         let browser = crate::policy::browser::BrowserPolicy::new(&config);
         if let Some(warning) = browser.open_names_warning() {
@@ -105,11 +108,10 @@ impl Node {
             store: store.clone(),
             started: Instant::now(),
             browser: Arc::new(browser),
+            background: background.clone(),
         };
-        spawn_sweeper(
-            store,
-            Duration::from_secs(config.store.sweep_interval_secs.max(1)),
-        );
+        let every = Duration::from_secs(config.store.sweep_interval_secs.max(1));
+        background.spawn("store.sweep", sweep(store, every));
 
         let mut routers: BTreeMap<SocketAddr, Router> = BTreeMap::new();
         let main = parse_listen("listen", &config.listen)?;
@@ -246,6 +248,7 @@ impl Node {
         }
         shutdown.await;
         tracing::info!("shutting down; draining in-flight requests");
+        let deadline = Instant::now() + grace;
         let _ = stop_tx.send(true);
         let drain = futures::future::join_all(servers);
         if tokio::time::timeout(grace, drain).await.is_err() {
@@ -253,6 +256,15 @@ impl Node {
                 grace_ms = grace.as_millis() as u64,
                 "requests still running after the grace period"
             );
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let background = &self.state.background;
+        let tasks = background.running();
+        if background.stop(left).await {
+            tracing::info!(tasks, "background tasks stopped");
+        } else {
+            let running = background.running();
+            tracing::warn!(running, "background tasks still running after the grace period");
         }
         if let Err(error) = self.state.store.commit().await {
             tracing::error!(%error, "flushing the store at shutdown failed");
@@ -297,18 +309,16 @@ async fn open_store(config: &Config) -> Result<Store, NodeError> {
     Ok(store.with_history_quota(config.store.max_history_bytes))
 }
 
-fn spawn_sweeper(store: Store, every: Duration) {
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(every);
-        loop {
-            ticker.tick().await;
-            match store.sweep().await {
-                Ok(removed) if removed > 0 => tracing::debug!(removed, "expired entries swept"),
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "sweeping expired entries failed"),
-            }
+async fn sweep(store: Store, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        ticker.tick().await;
+        match store.sweep().await {
+            Ok(removed) if removed > 0 => tracing::debug!(removed, "expired entries swept"),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "sweeping expired entries failed"),
         }
-    });
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,5 +1,5 @@
 //! What every request handler can reach: the node's configuration, plugin
-//! runtime and store, and when it started.
+//! runtime and store, its background tasks, and when it started.
 //!
 //! It is built where the node is assembled ([`super::Node::start`]) but sits
 //! in its own layer, below the transports and `/health` that take it, so they
@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::background::Background;
 use crate::config::Config;
 use crate::policy::browser::BrowserPolicy;
 use crate::runtime::Runtime;
@@ -22,4 +23,6 @@ pub struct NodeState {
     pub started: Instant,
     /// What web pages may reach; every endpoint a browser can use guards with it.
     pub browser: Arc<BrowserPolicy>,
+    /// Where a transport starts a task that outlives its requests, so shutdown ends it.
+    pub background: Background,
 }

@@ -50,7 +50,8 @@ pub fn listen(shared: &Shared) {
         return;
     }
     let inbox = shared.node.store.subscribe();
-    tokio::spawn(receive(std::sync::Arc::downgrade(shared), inbox));
+    let receiver = receive(std::sync::Arc::downgrade(shared), inbox);
+    shared.node.background.spawn("a2a.fleet_receive", receiver);
 }
 
 pub async fn forward(shared: &Shared, message: &Forwarded) -> Result<(), A2aError> {

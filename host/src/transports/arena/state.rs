@@ -39,18 +39,20 @@ impl Arena {
                 &config.stream_token,
                 config.stream_buffer,
                 node.runtime.metrics().clone(),
+                &node.background,
             ),
             slots: Arc::new(Semaphore::new(config.max_concurrent)),
             latencies: Mutex::new(VecDeque::with_capacity(LATENCY_WINDOW)),
             node,
         });
         let preload = arena.clone();
-        tokio::spawn(async move { preload.keys.preload().await });
+        let background = &arena.node.background;
+        background.spawn("arena.keys_preload", async move { preload.keys.preload().await });
         // The arena may rotate without ever sending a token with an unknown kid
         // (a withdrawn key must stop verifying too): reload on a schedule as well.
         let refresh = Arc::downgrade(&arena);
         let every = Duration::from_secs(arena.node.config.arena.jwks_refresh_secs);
-        tokio::spawn(async move {
+        background.spawn("arena.keys_refresh", async move {
             let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

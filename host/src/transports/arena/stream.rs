@@ -10,6 +10,7 @@
 //! node that serves no match never dials the arena. `wss://` uses the node's
 //! shared outbound trust roots (`peers::tls`), with the same backoff.
 
+use crate::background::Background;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,11 +44,18 @@ pub struct EventStream {
     wake: Notify,
     started: std::sync::Once,
     metrics: Metrics,
+    background: Background,
 }
 
 impl EventStream {
     /// `None` when no stream URL is configured.
-    pub fn new(url: &str, token: &str, capacity: usize, metrics: Metrics) -> Option<Arc<Self>> {
+    pub fn new(
+        url: &str,
+        token: &str,
+        capacity: usize,
+        metrics: Metrics,
+        background: &Background,
+    ) -> Option<Arc<Self>> {
         if url.is_empty() {
             return None;
         }
@@ -59,6 +67,7 @@ impl EventStream {
             wake: Notify::new(),
             started: std::sync::Once::new(),
             metrics,
+            background: background.clone(),
         }))
     }
 
@@ -80,7 +89,8 @@ impl EventStream {
         self.wake.notify_one();
         let stream = self.clone();
         self.started.call_once(move || {
-            tokio::spawn(stream.run());
+            let background = stream.background.clone();
+            background.spawn("arena.event_stream", stream.run());
         });
     }
 

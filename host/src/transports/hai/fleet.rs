@@ -49,6 +49,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
 use super::session::{Hub, approval_scope};
+use crate::background::Background;
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::ApprovalOutcome;
 use crate::store::{FleetMessage, Store};
@@ -133,13 +134,14 @@ impl FleetCounts {
 pub struct FleetOut {
     outbox: mpsc::Sender<SessionFrame>,
     store: Store,
+    background: Background,
     counts: Arc<FleetCounts>,
 }
 
 impl FleetOut {
     /// The fan-out of a store shared by several nodes, or `None` on the
     /// embedded store. Starts the node's sending task (and needs a runtime).
-    pub fn start(store: &Store, metrics: &Metrics) -> Option<FleetOut> {
+    pub fn start(store: &Store, metrics: &Metrics, background: &Background) -> Option<FleetOut> {
         if !store.is_shared() || tokio::runtime::Handle::try_current().is_err() {
             return None;
         }
@@ -147,19 +149,22 @@ impl FleetOut {
         let fleet = FleetOut {
             outbox,
             store: store.clone(),
+            background: background.clone(),
             counts: Arc::new(FleetCounts {
                 frames_not_sent: AtomicU64::new(0),
                 messages_missed: AtomicU64::new(0),
                 lost: metrics.fleet_frames_lost.clone(),
             }),
         };
-        tokio::spawn(send_frames(store.clone(), queued, fleet.counts.clone()));
+        let sender = send_frames(store.clone(), queued, fleet.counts.clone());
+        background.spawn("hai.fleet_send", sender);
         Some(fleet)
     }
 
     /// Start delivering what other nodes publish to `hub`'s sessions.
     pub fn listen(&self, hub: Weak<Hub>) {
-        tokio::spawn(receive(hub, self.store.subscribe(), self.counts.clone()));
+        let receiver = receive(hub, self.store.subscribe(), self.counts.clone());
+        self.background.spawn("hai.fleet_receive", receiver);
     }
 
     /// Queue a session's frame for the other nodes.

@@ -99,8 +99,9 @@ pub fn router(state: NodeState) -> Router {
     let shared = Shared {
         hub: Hub::new(
             Limits::from_config(config),
-            fleet::FleetOut::start(&state.store, state.runtime.metrics()),
+            fleet::FleetOut::start(&state.store, state.runtime.metrics(), &state.background),
             state.runtime.approvals().clone(),
+            &state.background,
         ),
         stored: Arc::new(StoredQuota::new(
             state.store.clone(),

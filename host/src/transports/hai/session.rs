@@ -35,6 +35,7 @@ use super::HaiError;
 use super::access::{self, SecretHash};
 use super::fleet::{ApprovalRecord, FleetOut, approval_key};
 use super::wire::Outbound;
+use crate::background::Background;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
 use crate::policy::rate::RateTable;
 use crate::runtime::{ApprovalAsked, ApprovalOutcome, Approvals, Approver, PluginEvent};
@@ -136,7 +137,12 @@ pub struct Hub {
 impl Hub {
     /// The session table; with `fleet`, its sessions' frames also go to the
     /// other nodes, and theirs come to this node's connections.
-    pub fn new(limits: Limits, fleet: Option<FleetOut>, approvals: Approvals) -> Arc<Hub> {
+    pub fn new(
+        limits: Limits,
+        fleet: Option<FleetOut>,
+        approvals: Approvals,
+        background: &Background,
+    ) -> Arc<Hub> {
         // As many addresses and sessions as the live table holds, and room for churn.
         let tracked = limits.max_live.saturating_mul(4).max(1_024);
         let rates = Rates {
@@ -159,7 +165,7 @@ impl Hub {
             fleet,
             approvals,
         });
-        spawn_idle_sweeper(Arc::downgrade(&hub));
+        spawn_idle_sweeper(Arc::downgrade(&hub), background);
         if let Some(fleet) = &hub.fleet {
             fleet.listen(Arc::downgrade(&hub));
         }
@@ -320,11 +326,11 @@ impl Origin {
     }
 }
 
-fn spawn_idle_sweeper(hub: Weak<Hub>) {
+fn spawn_idle_sweeper(hub: Weak<Hub>, background: &Background) {
     if tokio::runtime::Handle::try_current().is_err() {
         return;
     }
-    tokio::spawn(async move {
+    background.spawn("hai.sweep_idle", async move {
         let mut ticker = tokio::time::interval(Duration::from_secs(30));
         loop {
             ticker.tick().await;
@@ -635,7 +641,7 @@ mod tests {
 
     #[tokio::test]
     async fn rate_window_refuses_beyond_the_limit() {
-        let hub = Hub::new(limits(), None, approvals(60_000));
+        let hub = Hub::new(limits(), None, approvals(60_000), &Background::new());
         let (session, _) = create(&hub, "s", "10.0.0.1").unwrap();
         assert!(hub.admit_message(&session).is_ok());
         assert!(hub.admit_message(&session).is_ok());
@@ -652,7 +658,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_opens_again_only_with_its_secret() {
-        let hub = Hub::new(limits(), None, approvals(60_000));
+        let hub = Hub::new(limits(), None, approvals(60_000), &Background::new());
         let (_held, secret) = create(&hub, "s", "10.0.0.1").unwrap();
         let open = |secret: Option<&str>| hub.open("s", secret, ip("10.0.0.9"), || Ok(Stored::Unknown));
         assert!(matches!(open(None), Err(HaiError::SessionSecret)));
@@ -673,7 +679,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bearer_id_opens_its_session_alone_live_or_stored() {
-        let hub = Hub::new(limits(), None, approvals(60_000));
+        let hub = Hub::new(limits(), None, approvals(60_000), &Background::new());
         let live = uuid::Uuid::new_v4().to_string();
         let (_held, _) = create(&hub, &live, "10.0.0.1").unwrap();
         let opened = hub.open(&live, None, ip("10.0.0.9"), || Ok(Stored::Unknown));
@@ -692,7 +698,7 @@ mod tests {
 
     #[tokio::test]
     async fn creation_is_capped_per_address_and_idle_sessions_make_room() {
-        let hub = Hub::new(limits(), None, approvals(60_000));
+        let hub = Hub::new(limits(), None, approvals(60_000), &Background::new());
         // Two live per address: a third evicts the address's own idle session.
         let (held, _) = create(&hub, "a1", "10.0.0.1").unwrap();
         drop(create(&hub, "a2", "10.0.0.1").unwrap());
@@ -769,7 +775,7 @@ mod tests {
     #[tokio::test]
     async fn the_deadline_claims_an_unanswered_approval_so_no_later_answer_counts() {
         let approvals = approvals(300);
-        let hub = Hub::new(limits(), None, approvals.clone());
+        let hub = Hub::new(limits(), None, approvals.clone(), &Background::new());
         let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
         let store = Store::temporary().unwrap();
         let (approver, mut stream, calls) = approver(&a, &store);
@@ -795,7 +801,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_taken_on_another_node_is_awaited_past_the_deadline() {
         let approvals = approvals(100);
-        let hub = Hub::new(limits(), None, approvals.clone());
+        let hub = Hub::new(limits(), None, approvals.clone(), &Background::new());
         let (a, _) = create(&hub, "a", "10.0.0.1").unwrap();
         let store = Store::temporary().unwrap();
         let (approver, mut stream, calls) = approver(&a, &store);

@@ -214,7 +214,7 @@ impl Mcp {
         let idle = Duration::from_millis(self.node.config.mcp.session_idle_timeout_ms);
         let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
         let shared = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.node.background.spawn("mcp.sweep_idle", async move {
             let mut ticks = tokio::time::interval(every);
             loop {
                 ticks.tick().await;

@@ -260,7 +260,7 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<Owned
     };
     let retries = config.uagents.delivery_retries;
     let timeout = Duration::from_millis(config.outbound.timeout_ms);
-    tokio::spawn(async move {
+    state.node.background.spawn("uagents.delivery", async move {
         let _permit = permit;
         let url = match (configured, almanac) {
             (Some(url), _) => url,
