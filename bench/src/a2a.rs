@@ -13,10 +13,11 @@ use anyhow::{Result, bail};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::Settings;
+use crate::fixture::temp_dir;
 use crate::load::{self, Segment, Target};
 use crate::procs::{self, NodeSpec};
-use crate::rows::{Row, fmt_rate, temp_dir};
+use crate::report::{Row, fmt_rate};
+use crate::settings::Settings;
 
 /// One new task per request (no `contextId`: each is its own conversation, so
 /// no context's task cap is reached however long the row runs).

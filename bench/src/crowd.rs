@@ -23,12 +23,13 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::Settings;
-use crate::hai;
-use crate::rows::{
-    Row, agora_success, agora_target, bench_hai_node, closed_rounds, converter_node, fmt_rate,
-    one_client_stands_for_many, temp_dir, verdict,
+use crate::fixture::{
+    agora_success, agora_target, bench_hai_node, converter_node, one_client_stands_for_many, temp_dir,
 };
+use crate::hai;
+use crate::report::{Row, fmt_rate, untargeted_status, verdict};
+use crate::rounds::{Side, closed_rounds};
+use crate::settings::Settings;
 
 fn check_fd_limit(needed: usize) -> Result<()> {
     let limit = hai::raise_fd_limit();
@@ -70,7 +71,7 @@ pub(crate) async fn row13(settings: &Settings) -> Result<Row> {
         comparison: "—".into(),
         ratio: "—".into(),
         target: "measured (p99 first chunk and RSS on record)".into(),
-        status: crate::rows::untargeted_status(settings, 0),
+        status: untargeted_status(settings, 0),
         raw: json!({
             "sessions": sessions, "answers_each": answers_each, "answers": streams.answers,
             "seconds": streams.seconds, "node_cpu_seconds": cpu,
@@ -164,8 +165,8 @@ pub(crate) async fn row14(settings: &Settings) -> Result<Row> {
             "the node closed idle keep-alive connections: {closed_few} of {few}, then {closed_many} of {many}"
         );
     }
-    let held = |side: &crate::rows::Side| side.rate() / alone.rate().max(1e-9);
-    let held_cpu = |side: &crate::rows::Side| side.per_cpu() / alone.per_cpu().max(1e-9);
+    let held = |side: &Side| side.rate() / alone.rate().max(1e-9);
+    let held_cpu = |side: &Side| side.per_cpu() / alone.per_cpu().max(1e-9);
     let failed = alone.total.failed + beside_few.total.failed + beside_many.total.failed;
     let met = [&beside_few, &beside_many]
         .iter()

@@ -17,10 +17,11 @@ use anyhow::{Result, anyhow};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::Settings;
+use crate::fixture::{envelope_keys, sha1_hex, temp_dir};
 use crate::load::{self, Segment, Target};
 use crate::procs::{self, NodeSpec, Server};
-use crate::rows::{Row, envelope_keys, fmt_rate, sha1_hex, temp_dir, verdict};
+use crate::report::{Row, fmt_rate, verdict};
+use crate::settings::Settings;
 
 /// One side of row 9: one node or two, each with its target.
 struct Deployment<'a> {

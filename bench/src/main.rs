@@ -8,18 +8,24 @@
 mod a2a;
 mod ceiling;
 mod crowd;
+mod fixture;
 mod fleet;
 mod hai;
 mod load;
 mod mcp;
 mod procs;
+mod report;
+mod rounds;
 mod rows;
+mod settings;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+
+use crate::settings::Settings;
 
 #[derive(Parser)]
 #[command(
@@ -64,16 +70,6 @@ enum Command {
         #[arg(long)]
         body_file: PathBuf,
     },
-}
-
-/// Settings every row reads.
-pub struct Settings {
-    pub smoke: bool,
-    pub duration: Duration,
-    pub warmup: Duration,
-    pub rounds: usize,
-    pub connections: usize,
-    pub node_bin: PathBuf,
 }
 
 fn main() -> Result<()> {

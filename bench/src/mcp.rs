@@ -18,10 +18,12 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
-use crate::Settings;
+use crate::fixture::temp_dir;
 use crate::load::{self, Target};
 use crate::procs::{self, NodeSpec};
-use crate::rows::{Row, closed_rounds, fmt_rate, temp_dir, untargeted_status};
+use crate::report::{Row, fmt_rate, untargeted_status};
+use crate::rounds::closed_rounds;
+use crate::settings::Settings;
 
 const PATH: &str = "/mcp";
 /// A client that takes either answer shape, as the spec asks of MCP clients.

@@ -15,12 +15,8 @@ use anyhow::{Context, Result, bail};
 /// cannot take a port between its probe and the node's bind.
 pub use agora_test_postgres::free_port;
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("bench/ has a parent")
-        .to_path_buf()
-}
+/// One definition of the workspace root for the driver and the library half.
+pub use agora_bench::repo_root;
 
 pub fn plugins_build_dir() -> PathBuf {
     repo_root().join("target/plugins/wasm32-wasip2/plugin")

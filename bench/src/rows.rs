@@ -1,97 +1,38 @@
-//! The rows of issue 9's table, each measuring the node and its comparison in
-//! the same run, alternating segment by segment so that whatever else the
-//! machine is doing weighs on both sides alike.
+//! The driver of issue 9's table: [`run_all`] runs the rows asked for, in
+//! order, and collects their lines into the report `main.rs` prints; rows 1–8
+//! are defined here, the later ones in their topic modules (`fleet`, `a2a`,
+//! `mcp`, `crowd`). Every row measures the node and its comparison in the
+//! same run, alternating segment by segment ([`crate::rounds`]) so that
+//! whatever else the machine is doing weighs on both sides alike. What rows
+//! share lives below them, in `report`, `rounds` and `fixture`, which import
+//! no row: the driver imports the rows, never the other way round.
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agora_bench::floor;
 use agora_node::crypto::envelope as signed;
 use agora_node::crypto::identity::did_key;
 use agora_node::crypto::uagents::{AgentIdentity, Envelope as UagentsEnvelope};
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use base64::Engine as _;
 use bytes::Bytes;
 use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
-use crate::Settings;
+use crate::fixture::{
+    agora_success, agora_target, bench_hai_node, converter_document, converter_node, converter_query,
+    envelope_keys, one_client_stands_for_many, sha1_hex, temp_dir,
+};
 use crate::hai;
 use crate::load::{self, Segment, Target};
 use crate::procs::{self, NodeSpec, Server};
-
-// ---------------------------------------------------------------- report
-
-/// One line of the table.
-pub struct Row {
-    pub id: u8,
-    pub measure: String,
-    pub node: String,
-    pub comparison: String,
-    pub ratio: String,
-    pub target: String,
-    /// "met", "missed", "not measured", "failed", "smoke".
-    pub status: String,
-    pub raw: Value,
-}
-
-pub struct Report {
-    pub rows: Vec<Row>,
-    pub meta: Value,
-}
-
-impl Report {
-    pub fn markdown(&self) -> String {
-        let mut out = String::from(
-            "| # | Measure | Agora Node | Comparison | Ratio | Target | Status |\n|---|---|---|---|---|---|---|\n",
-        );
-        for row in &self.rows {
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} |\n",
-                row.id, row.measure, row.node, row.comparison, row.ratio, row.target, row.status
-            ));
-        }
-        out
-    }
-
-    pub fn json(&self) -> Value {
-        json!({
-            "meta": self.meta,
-            "table_markdown": self.markdown(),
-            "rows": self.rows.iter().map(|r| json!({
-                "row": r.id, "measure": r.measure, "node": r.node, "comparison": r.comparison,
-                "ratio": r.ratio, "target": r.target, "status": r.status, "raw": r.raw,
-            })).collect::<Vec<_>>(),
-        })
-    }
-
-    pub fn broken(&self) -> bool {
-        self.rows.iter().any(|r| r.status == "failed")
-    }
-}
-
-pub(crate) fn verdict(settings: &Settings, met: bool) -> String {
-    match (settings.smoke, met) {
-        (true, _) => "smoke run (not a result)".into(),
-        (false, true) => "met".into(),
-        (false, false) => "**missed**".into(),
-    }
-}
-
-/// The status of a row without a target: failed if any request failed, else measured.
-pub(crate) fn untargeted_status(settings: &Settings, failed: u64) -> String {
-    if failed > 0 {
-        "failed".into()
-    } else if settings.smoke {
-        "smoke run (not a result)".into()
-    } else {
-        "measured".into()
-    }
-}
+use crate::report::{Report, Row, fmt_rate, verdict};
+use crate::rounds::{Shape, Side, alternate, segment};
+use crate::settings::Settings;
 
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -158,193 +99,6 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
     });
     Ok(Report { rows, meta })
-}
-
-// ---------------------------------------------------------------- alternation
-
-/// One side of a comparison, summed over its segments.
-pub(crate) struct Side {
-    pub(crate) total: Segment,
-    cpu_seconds: f64,
-    round_rates: Vec<f64>,
-}
-
-impl Side {
-    fn new() -> Side {
-        Side {
-            total: Segment::empty(),
-            cpu_seconds: 0.0,
-            round_rates: Vec::new(),
-        }
-    }
-    pub(crate) fn rate(&self) -> f64 {
-        self.total.rate()
-    }
-    /// Successful requests per CPU-second the server process used while measured.
-    pub(crate) fn per_cpu(&self) -> f64 {
-        self.total.ok as f64 / self.cpu_seconds.max(1e-9)
-    }
-    pub(crate) fn json(&self) -> Value {
-        json!({
-            "ok": self.total.ok, "failed": self.total.failed,
-            "first_failure": self.total.first_failure,
-            "seconds": self.total.elapsed.as_secs_f64(),
-            "rate_per_s": self.rate(), "round_rates": self.round_rates,
-            "server_cpu_seconds": self.cpu_seconds, "per_cpu_second": self.per_cpu(),
-            "p50_ms": self.total.p(0.5), "p99_ms": self.total.p(0.99), "max_ms": self.total.p(1.0),
-        })
-    }
-}
-
-/// How a segment loads its server.
-#[derive(Clone, Copy)]
-enum Shape {
-    Closed,
-    Rate(f64),
-}
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-async fn segment(
-    settings: &Settings,
-    connections: usize,
-    target: &Target,
-    server: &Server,
-    shape: Shape,
-    side: &mut Side,
-) {
-    let warm = SEQ.fetch_add(1 << 32, Ordering::Relaxed);
-    // Unrecorded warm-up, then the measured segment with the server's CPU read around it.
-    match shape {
-        Shape::Closed => {
-            load::closed_loop(target, connections, Duration::ZERO, settings.warmup, warm).await;
-        }
-        Shape::Rate(rate) => {
-            load::fixed_rate(target, connections, rate, Duration::ZERO, settings.warmup, warm).await;
-        }
-    }
-    let base = SEQ.fetch_add(1 << 32, Ordering::Relaxed);
-    let cpu_before = server.cpu_seconds();
-    let measured = match shape {
-        Shape::Closed => {
-            load::closed_loop(target, connections, Duration::ZERO, settings.duration, base).await
-        }
-        Shape::Rate(rate) => {
-            load::fixed_rate(target, connections, rate, Duration::ZERO, settings.duration, base).await
-        }
-    };
-    side.cpu_seconds += server.cpu_seconds() - cpu_before;
-    side.round_rates.push(measured.rate());
-    side.total.merge(&measured);
-}
-
-/// `settings.rounds` closed-loop segments against one server, with nothing to alternate with.
-pub(crate) async fn closed_rounds(settings: &Settings, target: &Target, server: &Server) -> Side {
-    let mut side = Side::new();
-    for _ in 0..settings.rounds {
-        segment(
-            settings,
-            settings.connections,
-            target,
-            server,
-            Shape::Closed,
-            &mut side,
-        )
-        .await;
-    }
-    side
-}
-
-/// Alternate node and comparison segments, `settings.rounds` times each.
-async fn alternate(
-    settings: &Settings,
-    connections: usize,
-    node: (&Target, &Server),
-    other: (&Target, &Server),
-    shape: Shape,
-) -> (Side, Side) {
-    let (mut a, mut b) = (Side::new(), Side::new());
-    for round in 0..settings.rounds {
-        // Swap who goes first each round so neither always runs on the "fresher" machine.
-        if round % 2 == 0 {
-            segment(settings, connections, node.0, node.1, shape, &mut a).await;
-            segment(settings, connections, other.0, other.1, shape, &mut b).await;
-        } else {
-            segment(settings, connections, other.0, other.1, shape, &mut b).await;
-            segment(settings, connections, node.0, node.1, shape, &mut a).await;
-        }
-    }
-    (a, b)
-}
-
-pub(crate) fn fmt_rate(rate: f64) -> String {
-    if rate >= 100.0 {
-        format!("{rate:.0}")
-    } else {
-        format!("{rate:.1}")
-    }
-}
-
-// ---------------------------------------------------------------- shared requests
-
-pub(crate) fn sha1_hex(bytes: &[u8]) -> String {
-    Sha1::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn converter_document() -> Result<String> {
-    std::fs::read_to_string(procs::repo_root().join("protocols/unit-conversion.md"))
-        .context("reading protocols/unit-conversion.md")
-}
-
-fn converter_query() -> Value {
-    json!({"value": 5, "from": "km", "to": "m"})
-}
-
-pub(crate) fn agora_target(server: &Server, path: &str, body: Bytes, check: load::CheckFn) -> Target {
-    Target {
-        addr: server.addr,
-        path: path.into(),
-        headers: Vec::new(),
-        body: Arc::new(move |_, _| body.clone()),
-        check,
-    }
-}
-
-pub(crate) fn agora_success() -> load::CheckFn {
-    Arc::new(|status, body| {
-        status == 200 && serde_json::from_slice::<Value>(body).is_ok_and(|v| v["status"] == "success")
-    })
-}
-
-pub(crate) fn temp_dir() -> Result<tempfile::TempDir> {
-    let base = procs::repo_root().join("target/bench-tmp");
-    std::fs::create_dir_all(&base)?;
-    Ok(tempfile::tempdir_in(base)?)
-}
-
-/// The node with the unit converter (and `env`), and the exact request/reply of row 1.
-pub(crate) async fn converter_node(
-    settings: &Settings,
-    data: &Path,
-    env: &[(&'static str, String)],
-) -> Result<(Server, Bytes, Bytes)> {
-    let (node, _) = procs::start_node(&NodeSpec {
-        binary: &settings.node_bin,
-        data_dir: data,
-        plugins: &["unit-converter"],
-        env,
-    })?;
-    let request = Bytes::from(
-        json!({"protocolHash": sha1_hex(converter_document()?.as_bytes()), "body": converter_query()})
-            .to_string(),
-    );
-    let probe = agora_target(&node, "/agora", request.clone(), agora_success());
-    let (status, reply) = load::one(&probe, request.clone()).await?;
-    let value: Value = serde_json::from_slice(&reply)?;
-    if status != 200 || value["body"]["value"] != json!(5000.0) {
-        return Err(anyhow!("the node did not convert: HTTP {status} {value}"));
-    }
-    Ok((node, request, reply))
 }
 
 // ---------------------------------------------------------------- row 1
@@ -523,18 +277,6 @@ async fn row2(settings: &Settings) -> Result<Row> {
 }
 
 // ---------------------------------------------------------------- row 3
-
-/// One key per connection, fixed so runs are comparable.
-pub(crate) fn envelope_keys(count: usize) -> Vec<SigningKey> {
-    (0..count)
-        .map(|i| {
-            let mut seed = [7u8; 32];
-            seed[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            SigningKey::from_bytes(&seed)
-        })
-        .collect()
-}
-
 /// This thread's own CPU seconds (other driver threads do not count).
 fn thread_cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
@@ -969,44 +711,6 @@ async fn row5(settings: &Settings) -> Result<Row> {
 }
 
 // ---------------------------------------------------------------- row 6
-
-/// The driver opens every session from one loopback address, where the node
-/// would see thousands of users' browsers: the per-address caps (and the total
-/// connection cap, below 10,000) are lifted so the row measures sessions, not caps.
-pub(crate) fn one_client_stands_for_many(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
-    let mut env: Vec<(&'static str, String)> = [
-        "AGORA_HTTP__MAX_CONNECTIONS",
-        "AGORA_HTTP__MAX_CONNECTIONS_PER_IP",
-        "AGORA_HAI__MAX_LIVE_SESSIONS",
-        "AGORA_HAI__MAX_LIVE_SESSIONS_PER_IP",
-        "AGORA_HAI__NEW_SESSIONS_PER_IP_PER_MINUTE",
-    ]
-    .into_iter()
-    .map(|name| (name, "100000".to_string()))
-    .collect();
-    // What one address may keep stored is for many clients, not for the load driver.
-    for name in [
-        "AGORA_HAI__MAX_STORED_SESSIONS_PER_CLIENT",
-        "AGORA_HAI__MAX_STORED_SESSION_BYTES_PER_CLIENT",
-        "AGORA_HAI__MAX_STORED_SESSION_BYTES",
-    ] {
-        env.push((name, u64::MAX.to_string()));
-    }
-    env.extend_from_slice(extra);
-    env
-}
-
-/// A node with the `bench-hai` assistant for one client sending thousands of
-/// messages (the per-session rate limit lifted too).
-pub(crate) fn bench_hai_node(settings: &Settings, data: &Path) -> Result<Server> {
-    let (node, _) = procs::start_node(&NodeSpec {
-        binary: &settings.node_bin,
-        data_dir: data,
-        plugins: &["bench-hai"],
-        env: &one_client_stands_for_many(&[("AGORA_HAI__MESSAGES_PER_MINUTE", "1000000".into())]),
-    })?;
-    Ok(node)
-}
 
 /// Row 6 (a): time to first chunk with the `bench-hai` assistant, which streams
 /// its chunk as its first act, one message at a time; the same plugin's call
