@@ -1,5 +1,5 @@
-//! MCP messages: a `POST {mcp.path}` body goes through the transport's
-//! classifier (`wire::parse`), a request's params through the readers of
+//! MCP messages: a `POST {mcp.path}` body goes through the JSON-RPC classifier
+//! in MCP's dialect (`jsonrpc::parse`, `wire::DIALECT`), a request's params through the readers of
 //! `tools/call` and `tools/list`, and a client's answer through the reader of
 //! the approval form.
 //!
@@ -8,11 +8,12 @@
 //! bounded, so nothing a client sends grows what the node stores.
 #![no_main]
 
-use agora_node::transports::mcp::wire::{self, ElicitAnswer, Inbound};
+use agora_node::jsonrpc::{self, Inbound};
+use agora_node::transports::mcp::wire::{self, ElicitAnswer};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(message) = wire::parse(data) else {
+    let Ok(message) = jsonrpc::parse(data, wire::DIALECT) else {
         return;
     };
     match message {

@@ -11,7 +11,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The wire protocol a message arrived on (mirrors `types.transport`).
+/// The wire protocol a message arrived on (mirrors `types.transport`, which
+/// has no `a2a` case: see [`crate::runtime::bindings`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
@@ -20,6 +21,7 @@ pub enum TransportKind {
     Uagents,
     Arena,
     Hai,
+    A2a,
 }
 
 impl TransportKind {
@@ -30,6 +32,7 @@ impl TransportKind {
             TransportKind::Uagents => "uagents",
             TransportKind::Arena => "arena",
             TransportKind::Hai => "hai",
+            TransportKind::A2a => "a2a",
         }
     }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 use agora_node::Config;
 use agora_node::metrics::Metrics;
 use agora_node::runtime::{
-    ApprovalAsked, ApprovalOutcome, Approvals, Approver, Call, Exchange, InvokeError, LoadedPlugin, Phase,
-    PluginEvent, Risk, Runtime, TransportKind,
+    ApprovalAsked, ApprovalOutcome, Approvals, Approver, Call, CallEvent, Exchange, InvokeError,
+    LoadedPlugin, Phase, Risk, Runtime, TransportKind,
 };
 use agora_node::store::Store;
 use serde_json::{Value, json};
@@ -373,7 +373,11 @@ async fn a_call_beside_a_busy_one_is_overloaded(tune: impl FnOnce(&mut Config)) 
     let first = tokio::time::timeout(Duration::from_secs(30), stream.recv())
         .await
         .expect("the busy call starts");
-    assert_eq!(first.map(|e| e.kind), Some("thinking".to_string()));
+    let first = first.and_then(|event| match event {
+        CallEvent::Plugin(event) => Some(event.kind),
+        _ => None,
+    });
+    assert_eq!(first, Some("thinking".to_string()));
 
     let centimetres = || test.call("unit-converter", json!({"value": 1, "from": "m", "to": "cm"}));
     let refused = centimetres().await;
@@ -447,7 +451,7 @@ type Asked = mpsc::UnboundedReceiver<(ApprovalAsked, oneshot::Sender<ApprovalOut
 
 /// An exchange with a human approver and an event channel; what the human is
 /// asked, and the events.
-fn approved_exchange(runtime: &Runtime) -> (Exchange, Asked, mpsc::Receiver<PluginEvent>) {
+fn approved_exchange(runtime: &Runtime) -> (Exchange, Asked, mpsc::Receiver<CallEvent>) {
     let (asked, questions) = mpsc::unbounded_channel();
     let (events, stream) = mpsc::channel(16);
     let human = Human {
@@ -458,11 +462,11 @@ fn approved_exchange(runtime: &Runtime) -> (Exchange, Asked, mpsc::Receiver<Plug
     (exchange, questions, stream)
 }
 
-fn tool_statuses(stream: &mut mpsc::Receiver<PluginEvent>) -> Vec<String> {
+fn tool_statuses(stream: &mut mpsc::Receiver<CallEvent>) -> Vec<String> {
     let mut statuses = Vec::new();
     while let Ok(event) = stream.try_recv() {
-        if event.kind == "tool_call" {
-            statuses.push(event.data["status"].as_str().unwrap_or_default().to_string());
+        if let CallEvent::ToolCall(lifecycle) = event {
+            statuses.push(lifecycle["status"].as_str().unwrap_or_default().to_string());
         }
     }
     statuses
@@ -479,7 +483,7 @@ struct AwaitingApproval {
     caller: tokio::task::JoinHandle<Result<Value, InvokeError>>,
     request: ApprovalAsked,
     answer: oneshot::Sender<ApprovalOutcome>,
-    events: mpsc::Receiver<PluginEvent>,
+    events: mpsc::Receiver<CallEvent>,
 }
 
 impl AwaitingApproval {

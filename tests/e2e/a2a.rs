@@ -211,6 +211,16 @@ fn send_returns_the_completed_task_with_the_answer() {
         "{task}"
     );
     assert!(text(&task["timestamp"]).ends_with('Z'), "RFC 3339 with Z: {task}");
+    // The call is counted as A2A's, not as a person's in the HAI chat.
+    let metrics = support::get(&node.url("/metrics")).body;
+    let a2a_calls = metrics.lines().find(|line| {
+        line.starts_with("agora_plugin_calls_total{transport=\"a2a\",") && line.contains("outcome=\"ok\"")
+    });
+    assert!(a2a_calls.is_some(), "{metrics}");
+    assert!(
+        !metrics.contains("agora_plugin_calls_total{transport=\"hai\""),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -126,54 +126,11 @@ impl Node {
             Ok(())
         };
         mount("listen", "", crate::health::router(state.clone()))?;
-        type Mount = fn(NodeState) -> Router;
-        let transports: [(bool, &'static str, &str, Mount); 7] = [
-            (
-                config.agora.enabled,
-                "agora.listen",
-                &config.agora.listen,
-                transports::agora::router,
-            ),
-            (
-                config.envelopes.enabled,
-                "envelopes.listen",
-                &config.envelopes.listen,
-                transports::envelopes::router,
-            ),
-            (
-                config.uagents.enabled,
-                "uagents.listen",
-                &config.uagents.listen,
-                transports::uagents::router,
-            ),
-            (
-                config.arena.enabled,
-                "arena.listen",
-                &config.arena.listen,
-                transports::arena::router,
-            ),
-            (
-                config.hai.enabled,
-                "hai.listen",
-                &config.hai.listen,
-                transports::hai::router,
-            ),
-            (
-                config.a2a.enabled,
-                "a2a.listen",
-                &config.a2a.listen,
-                transports::a2a::router,
-            ),
-            (
-                config.mcp.enabled,
-                "mcp.listen",
-                &config.mcp.listen,
-                transports::mcp::router,
-            ),
-        ];
-        for (enabled, key, listen, router) in transports {
-            if enabled {
-                mount(key, listen, router(state.clone()))?;
+        for transport in &transports::TRANSPORTS {
+            let endpoint = (transport.endpoint)(&config);
+            if endpoint.enabled {
+                let (key, listen) = endpoint.listen;
+                mount(key, listen, (transport.router)(state.clone()))?;
             }
         }
 

@@ -33,16 +33,36 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::exchange::{ApprovalOutcome, ApprovalRequest, Caller, PluginEvent};
 use crate::config::ToolsConfig;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
 use crate::store::now_ms;
 use crate::vocab::Risk;
 
-/// The kind of the event an approver puts in its exchange's event stream, so
-/// the question reaches its client in order after what the plugin emitted.
-/// Host-only (`host.`): a plugin's `emit` of it is refused.
-pub const APPROVAL_ASKED: &str = "host.approval_asked";
+/// Who a plugin call serves: the transport and the client (an address as the
+/// listener counts them, or a token), so no one caller can take what the node
+/// shares among all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub transport: &'static str,
+    pub client: String,
+}
+
+/// A tool call waiting for a human.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRequest {
+    pub call_id: String,
+    pub tool_name: String,
+    pub arguments: serde_json::Value,
+    pub risk: Risk,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    Approved,
+    Rejected { feedback: Option<String> },
+    TimedOut,
+}
 
 /// The longest grace between the approval's deadline and the tool path's timeout.
 const MAX_DEADLINE_GRACE: Duration = Duration::from_secs(2);
@@ -59,24 +79,6 @@ pub struct ApprovalAsked {
     pub description: String,
     /// Unix milliseconds after which no answer counts.
     pub deadline_ms: u64,
-}
-
-impl ApprovalAsked {
-    /// The question as an event of the exchange ([`APPROVAL_ASKED`]).
-    pub fn event(&self) -> PluginEvent {
-        PluginEvent {
-            kind: APPROVAL_ASKED.into(),
-            data: serde_json::to_value(self).unwrap_or(Value::Null),
-        }
-    }
-
-    /// The question an [`APPROVAL_ASKED`] event carries; `None` for any other event.
-    pub fn from_event(event: &PluginEvent) -> Option<ApprovalAsked> {
-        if event.kind != APPROVAL_ASKED {
-            return None;
-        }
-        ApprovalAsked::deserialize(&event.data).ok()
-    }
 }
 
 /// A waiting approval as the node lists it: the question, and whose it is.

@@ -110,6 +110,10 @@ impl From<vocab::TransportKind> for Transport {
             vocab::TransportKind::Uagents => Transport::Uagents,
             vocab::TransportKind::Arena => Transport::Arena,
             vocab::TransportKind::Hai => Transport::Hai,
+            // The WIT enum has no `a2a` case, and adding one would stop every plugin
+            // built before it from loading (a component's enum must match the host's
+            // case for case). An A2A client talks to the assistant as HAI's person does.
+            vocab::TransportKind::A2a => Transport::Hai,
         }
     }
 }

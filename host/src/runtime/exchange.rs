@@ -1,4 +1,4 @@
-//! What a plugin call is part of: where its events go, whose history it may
+//! What a plugin call is part of: where its events ([`CallEvent`]) go, whose history it may
 //! read, who approves its risky tool calls and which caller it serves (the
 //! node's fair-share policies count by caller). Transports build one per
 //! request; the host functions in [`super::host_api`] consult it.
@@ -11,59 +11,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::approval::Approver;
-use crate::vocab::Risk;
-
-/// An event a plugin (or the host on its behalf) emits to the current exchange.
-#[derive(Debug, Clone, Serialize)]
-pub struct PluginEvent {
-    pub kind: String,
-    pub data: serde_json::Value,
-}
-
-/// A tool call waiting for a human.
-#[derive(Debug, Clone, Serialize)]
-pub struct ApprovalRequest {
-    pub call_id: String,
-    pub tool_name: String,
-    pub arguments: serde_json::Value,
-    pub risk: Risk,
-    pub description: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApprovalOutcome {
-    Approved,
-    Rejected { feedback: Option<String> },
-    TimedOut,
-}
-
-/// Event kinds only the host emits: tool lifecycle frames (HAI's `tool_call`,
-/// arena's `tool_response`) and the `hai.`/`host.` namespaces (approval
-/// requests). A plugin's `emit` of one is refused, so it cannot impersonate them.
-pub fn is_host_event_kind(kind: &str) -> bool {
-    matches!(kind, "tool_call" | "tool_response") || kind.starts_with("hai.") || kind.starts_with("host.")
-}
-
-/// Who a plugin call serves: the transport and the client (an address as the
-/// listener counts them, or a token), so no one caller can take what the node
-/// shares among all of them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Caller {
-    pub transport: &'static str,
-    pub client: String,
-}
+use super::approval::{Approver, Caller};
+use super::events::{CallEvent, PluginEvent};
 
 #[derive(Clone, Default)]
 pub struct Exchange {
     /// Where the plugin's `emit`s go; bounded.
-    pub events: Option<mpsc::Sender<PluginEvent>>,
+    pub events: Option<mpsc::Sender<CallEvent>>,
     /// Where the host's tool lifecycle events go (the same channel as `events`
     /// for a transport's exchange; a nested tool keeps only this one).
-    pub lifecycle: Option<mpsc::Sender<PluginEvent>>,
+    pub lifecycle: Option<mpsc::Sender<CallEvent>>,
     /// The store id whose history `history()` returns.
     pub history_id: Option<String>,
     pub approver: Option<Arc<dyn Approver>>,
@@ -79,7 +39,7 @@ impl Exchange {
         Exchange::default()
     }
 
-    pub fn with_events(mut self, events: mpsc::Sender<PluginEvent>) -> Exchange {
+    pub fn with_events(mut self, events: mpsc::Sender<CallEvent>) -> Exchange {
         self.lifecycle = Some(events.clone());
         self.events = Some(events);
         self
@@ -105,18 +65,19 @@ impl Exchange {
 
     /// Send a plugin's event; a full buffer waits up to the emit timeout, then reports the drop.
     pub async fn send(&self, event: PluginEvent) -> Result<(), String> {
-        self.deliver(self.events.as_ref(), event).await
+        self.deliver(self.events.as_ref(), CallEvent::Plugin(event)).await
     }
 
     /// Send one of the host's tool lifecycle events.
-    pub(crate) async fn send_lifecycle(&self, event: PluginEvent) -> Result<(), String> {
-        self.deliver(self.lifecycle.as_ref(), event).await
+    pub(crate) async fn send_lifecycle(&self, lifecycle: Value) -> Result<(), String> {
+        self.deliver(self.lifecycle.as_ref(), CallEvent::ToolCall(lifecycle))
+            .await
     }
 
     async fn deliver(
         &self,
-        channel: Option<&mpsc::Sender<PluginEvent>>,
-        event: PluginEvent,
+        channel: Option<&mpsc::Sender<CallEvent>>,
+        event: CallEvent,
     ) -> Result<(), String> {
         let Some(events) = channel else {
             return Ok(());

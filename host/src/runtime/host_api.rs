@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::bindings::agora::node::host::{self, Level, OutboundRequest};
 use super::bindings::agora::node::types;
 use super::error::ToolError;
-use super::exchange::{PluginEvent, is_host_event_kind};
+use super::events::{PluginEvent, is_reserved_kind};
 use super::instance::PluginState;
 use crate::peers::outbound;
 use crate::store::{Collection, now_ms, plugin_key};
@@ -121,7 +121,7 @@ impl host::Host for PluginState {
         if self.exchange.tool_depth > 0 {
             return Err("a tool called by a plugin has no event channel of its own".into());
         }
-        if is_host_event_kind(&kind) {
+        if is_reserved_kind(&kind) {
             return Err(format!("event kind {kind:?} is reserved for the host"));
         }
         if data.len() > limits.max_event_bytes {

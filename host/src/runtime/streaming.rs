@@ -15,21 +15,21 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Call, Exchange, InvokeError, LoadedPlugin, PluginEvent, Runtime};
+use super::{Call, CallEvent, Exchange, InvokeError, LoadedPlugin, Runtime};
 
 /// What a transport does with each event of one call.
 pub trait EventSink: Send {
-    fn on_event(&mut self, event: PluginEvent) -> impl Future<Output = ()> + Send;
+    fn on_event(&mut self, event: CallEvent) -> impl Future<Output = ()> + Send;
 }
 
 /// The receiving end of one call's events, made with [`event_channel`].
-pub struct EventStream(mpsc::Receiver<PluginEvent>);
+pub struct EventStream(mpsc::Receiver<CallEvent>);
 
 /// The channel one call's events travel in: the sender goes into the call's
 /// [`Exchange`] (and to whatever else reports on the call, e.g. its approver),
 /// the stream to [`Runtime::invoke_streaming`]. `buffer` bounds what a
 /// plugin may emit ahead of its transport.
-pub fn event_channel(buffer: usize) -> (mpsc::Sender<PluginEvent>, EventStream) {
+pub fn event_channel(buffer: usize) -> (mpsc::Sender<CallEvent>, EventStream) {
     let (sender, receiver) = mpsc::channel(buffer);
     (sender, EventStream(receiver))
 }

@@ -22,7 +22,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::approval::Approver;
-use super::exchange::{ApprovalOutcome, ApprovalRequest, Exchange, PluginEvent};
+use super::approval::{ApprovalOutcome, ApprovalRequest};
+use super::exchange::Exchange;
 use super::instance::{self, CallSlot};
 use super::manifest::ToolSpec;
 use super::{InvokeError, LoadedPlugin, Risk, Runtime, ToolError};
@@ -62,12 +63,8 @@ impl<'a> ToolCall<'a> {
                 return;
             }
         };
-        let event = PluginEvent {
-            kind: "tool_call".into(),
-            data,
-        };
         // A consumer that has gone or stalls does not change the tool's outcome.
-        let _ = self.exchange.send_lifecycle(event).await;
+        let _ = self.exchange.send_lifecycle(data).await;
     }
 
     async fn failed(&self, error: impl Into<String>) {

@@ -28,6 +28,51 @@ pub mod hai;
 pub mod mcp;
 pub mod uagents;
 
+use axum::Router;
+
+use crate::config::{Config, Endpoint};
+use crate::node::state::NodeState;
+
+/// A transport as the node mounts it: where its section says it is served,
+/// and its routes.
+pub struct Transport {
+    pub endpoint: fn(&Config) -> Endpoint<'_>,
+    pub router: fn(NodeState) -> Router,
+}
+
+/// Every transport the node speaks. Adding a protocol is its folder here, one
+/// line in this table and its section in `crate::config` (`docs/architecture.md`).
+pub const TRANSPORTS: [Transport; 7] = [
+    Transport {
+        endpoint: |config| config.agora.endpoint(),
+        router: agora::router,
+    },
+    Transport {
+        endpoint: |config| config.envelopes.endpoint(),
+        router: envelopes::router,
+    },
+    Transport {
+        endpoint: |config| config.uagents.endpoint(),
+        router: uagents::router,
+    },
+    Transport {
+        endpoint: |config| config.arena.endpoint(),
+        router: arena::router,
+    },
+    Transport {
+        endpoint: |config| config.hai.endpoint(),
+        router: hai::router,
+    },
+    Transport {
+        endpoint: |config| config.a2a.endpoint(),
+        router: a2a::router,
+    },
+    Transport {
+        endpoint: |config| config.mcp.endpoint(),
+        router: mcp::router,
+    },
+];
+
 /// An operator's bearer token, when one is set (`""`: no token needed);
 /// compared as SHA-256 digests in constant time, so neither its bytes nor its
 /// length leak.

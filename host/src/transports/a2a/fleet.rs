@@ -23,7 +23,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::error::A2aError;
 use super::run;
-use super::state::{A2a, Shared};
+use super::state::{A2aState, Shared};
 use super::wire::{Message, Part, Task, TaskState};
 use crate::store::FleetMessage;
 
@@ -59,7 +59,7 @@ pub async fn forward(shared: &Shared, message: &Forwarded) -> Result<(), A2aErro
     Ok(())
 }
 
-async fn receive(shared: Weak<A2a>, mut inbox: tokio::sync::broadcast::Receiver<FleetMessage>) {
+async fn receive(shared: Weak<A2aState>, mut inbox: tokio::sync::broadcast::Receiver<FleetMessage>) {
     loop {
         let message = match inbox.recv().await {
             Ok(message) => message,

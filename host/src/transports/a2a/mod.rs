@@ -53,7 +53,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use self::error::A2aError;
-use self::state::{A2a, Shared, state_name};
+use self::state::{A2aState, Shared, state_name};
 use self::wire::{
     GetTaskRequest, ListTasksRequest, Message, MessageLimits, SendMessageRequest, StreamResponse, Task,
     TaskIdRequest, TaskState, TaskStatus,
@@ -80,7 +80,7 @@ pub fn router(node: NodeState) -> Router {
         refuse: error::browser_refused,
     };
     let policy = node.browser.clone();
-    let shared = A2a::new(node);
+    let shared = A2aState::new(node);
     fleet::listen(&shared);
     let router = Router::new()
         .route(CARD_PATH, get(agent_card))

@@ -29,9 +29,8 @@ use super::error::A2aError;
 use super::state::{LiveTask, RunSlot, Shared, approval_scope, context_key, status};
 use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
 use crate::node::state::NodeState;
-use crate::runtime::approval::APPROVAL_ASKED;
 use crate::runtime::{
-    ApprovalAsked, ApprovalOutcome, Approver, Call, EventSink, Exchange, LoadedPlugin, Phase, PluginEvent,
+    ApprovalAsked, ApprovalOutcome, Approver, Call, CallEvent, EventSink, Exchange, LoadedPlugin, Phase,
     TransportKind, event_channel,
 };
 use crate::transports::chunks::{ChunkedAnswer, OverLimit};
@@ -39,7 +38,6 @@ use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// Host-only (a plugin's `emit` of `host.*` is refused): the approval's
 /// question went unanswered, told in order after the question itself.
-const APPROVAL_EXPIRED_EVENT: &str = "host.a2a_approval_expired";
 const EVENT_BUFFER: usize = 64;
 /// The most answer text one task assembles; chunks beyond it are dropped.
 const MAX_ANSWER_BYTES: usize = 1 << 20;
@@ -139,7 +137,7 @@ async fn try_answer(
         .filter_map(|part| part.data.as_ref())
         .collect();
     let call = Call {
-        transport: TransportKind::Hai,
+        transport: TransportKind::A2a,
         phase: Phase::Handle,
         route: "assistant".into(),
         sender: None,
@@ -214,19 +212,18 @@ struct Answer<'a> {
 }
 
 impl EventSink for Answer<'_> {
-    async fn on_event(&mut self, event: PluginEvent) {
-        let shared = self.shared;
-        match event.kind.as_str() {
-            "chunk" | "assistant_message_chunk" => {
-                if let Some(content) = event.data["content"].as_str() {
-                    self.chunk(content);
+    async fn on_event(&mut self, event: CallEvent) {
+        match event {
+            CallEvent::Plugin(event) => match event.kind.as_str() {
+                "chunk" | "assistant_message_chunk" => {
+                    if let Some(content) = event.data["content"].as_str() {
+                        self.chunk(content);
+                    }
                 }
-            }
-            APPROVAL_ASKED => match ApprovalAsked::from_event(&event) {
-                Some(asked) => self.ask(shared, &asked).await,
-                None => tracing::warn!(transport = "a2a", "a malformed approval request was dropped"),
+                other => tracing::debug!(kind = other, "a2a: event kind ignored"),
             },
-            APPROVAL_EXPIRED_EVENT => {
+            CallEvent::ApprovalAsked(asked) => self.ask(self.shared, &asked).await,
+            CallEvent::ApprovalWithdrawn { .. } => {
                 let task = self.live.snapshot();
                 let note = Message::agent(
                     &task,
@@ -236,19 +233,18 @@ impl EventSink for Answer<'_> {
                 );
                 self.live.set_status(TaskState::Working, Some(note));
             }
-            "tool_call" => {
+            CallEvent::ToolCall(lifecycle) => {
                 if let Ok(ToolLifecycle {
                     tool_name,
                     stage: ToolStage::Started { .. },
                     ..
-                }) = serde::Deserialize::deserialize(&event.data)
+                }) = serde::Deserialize::deserialize(&lifecycle)
                 {
                     let task = self.live.snapshot();
                     let note = Message::agent(&task, vec![Part::text(format!("Running {tool_name}…"))]);
                     self.live.set_status(TaskState::Working, Some(note));
                 }
             }
-            other => tracing::debug!(kind = other, "a2a: event kind ignored"),
         }
     }
 }
@@ -337,7 +333,7 @@ impl Answer<'_> {
 /// Asks a task's client about a risky tool call (see the module docs).
 struct TaskApprover {
     live: Arc<LiveTask>,
-    events: mpsc::Sender<PluginEvent>,
+    events: mpsc::Sender<CallEvent>,
 }
 
 #[async_trait::async_trait]
@@ -350,7 +346,12 @@ impl Approver for TaskApprover {
         if !self.live.park(&question.approval_id) {
             return Err("another approval of this task is already waiting".into());
         }
-        if self.events.send(question.event()).await.is_err() {
+        if self
+            .events
+            .send(CallEvent::ApprovalAsked(question.clone()))
+            .await
+            .is_err()
+        {
             self.live.unpark(&question.approval_id);
             return Err("the task ended before anyone could approve".into());
         }
@@ -360,9 +361,8 @@ impl Approver for TaskApprover {
     fn withdraw(&self, question: &ApprovalAsked) {
         // A canceled task forgot its approval already: nothing to tell.
         if self.live.unpark(&question.approval_id) {
-            let expired = PluginEvent {
-                kind: APPROVAL_EXPIRED_EVENT.into(),
-                data: Value::Null,
+            let expired = CallEvent::ApprovalWithdrawn {
+                approval_id: question.approval_id.clone(),
             };
             // The plugin waits on this very approval, so its events are drained;
             // a full stream only loses the note, not the tool's outcome.

@@ -58,9 +58,9 @@ const EVENT_BUFFER: usize = 1024;
 /// Compare-and-swap retries when several writers add tasks to one context.
 const CONTEXT_RETRIES: usize = 16;
 
-pub type Shared = Arc<A2a>;
+pub type Shared = Arc<A2aState>;
 
-pub struct A2a {
+pub struct A2aState {
     pub node: NodeState,
     /// This process, in stored tasks: tells "ran here and ended" from "runs elsewhere".
     run_id: String,
@@ -174,7 +174,7 @@ pub fn context_key(context_id: &str) -> String {
     format!("a2a:{context_id}")
 }
 
-impl A2a {
+impl A2aState {
     pub fn new(node: NodeState) -> Shared {
         let running = Admission::new(Bounds {
             total: node.config.a2a.max_running_tasks,
@@ -197,7 +197,7 @@ impl A2a {
             },
             std::time::Duration::from_secs(node.config.a2a.task_ttl_secs),
         );
-        Arc::new(A2a {
+        Arc::new(A2aState {
             node,
             run_id: uuid::Uuid::new_v4().to_string(),
             live: Mutex::new(HashMap::new()),

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use self::error::AgoraError;
-use self::state::{Agora, Reservation, append, create_conversation, load_conversation, reserve_round};
+use self::state::{AgoraState, Reservation, append, create_conversation, load_conversation, reserve_round};
 use self::wire::{parse_request, plugin_body, success};
 use crate::node::state::NodeState;
 use crate::runtime::{
@@ -44,7 +44,7 @@ use crate::runtime::{
 use crate::store::Collection;
 
 pub fn router(node: NodeState) -> Router {
-    let state = Agora::new(node);
+    let state = AgoraState::new(node);
     let base = state.node.config.agora.path.trim_end_matches('/').to_string();
     let mut router = Router::new()
         .route(
@@ -71,7 +71,7 @@ pub fn router(node: NodeState) -> Router {
 
 /// `POST {base}`: a single-round request or the start of a conversation.
 async fn start(
-    State(state): State<Agora>,
+    State(state): State<AgoraState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
@@ -93,7 +93,7 @@ struct Route {
 }
 
 async fn handle_start(
-    agora: &Agora,
+    agora: &AgoraState,
     peer: SocketAddr,
     headers: &HeaderMap,
     raw: Result<Bytes, BytesRejection>,
@@ -269,7 +269,7 @@ async fn fetch_source(state: &NodeState, url: &str) -> Result<Option<String>, Ag
 
 /// `POST {base}/conversations/{id}`: a follow-up in a conversation (§7.2).
 async fn follow_up(
-    State(state): State<Agora>,
+    State(state): State<AgoraState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -316,7 +316,7 @@ async fn handle_follow_up(
 }
 
 /// `DELETE {base}/conversations/{id}`: end a conversation.
-async fn end_conversation(State(agora): State<Agora>, Path(id): Path<String>) -> Response {
+async fn end_conversation(State(agora): State<AgoraState>, Path(id): Path<String>) -> Response {
     let state = &agora.node;
     let dialect = state.config.agora.reference_dialect;
     let result = async {
@@ -340,7 +340,7 @@ async fn end_conversation(State(agora): State<Agora>, Path(id): Path<String>) ->
 }
 
 /// `GET {base}/wellknown` (§9): every fully supported document by hex hash.
-async fn wellknown(State(state): State<Agora>) -> Response {
+async fn wellknown(State(state): State<AgoraState>) -> Response {
     let registry = state.node.runtime.registry();
     let mut documents = Map::new();
     for plugin in registry.plugins() {

@@ -26,13 +26,13 @@ const MAX_CONVERSATION_ID_LEN: usize = 64;
 
 /// What the Agora handlers share: the node, and the conversation caps.
 #[derive(Clone)]
-pub(super) struct Agora {
+pub(super) struct AgoraState {
     pub(super) node: NodeState,
     pub(super) limits: Arc<ConversationLimits>,
 }
 
-impl Agora {
-    pub(super) fn new(node: NodeState) -> Agora {
+impl AgoraState {
+    pub(super) fn new(node: NodeState) -> AgoraState {
         let limits = ConversationLimits::new(&node.config.agora);
         // The caps are this node's. A shared store holds the whole fleet's
         // conversations, which are not this node's to count; the embedded one
@@ -40,7 +40,7 @@ impl Agora {
         if !node.store.is_shared() {
             futures::executor::block_on(restore_limits(&node, &limits));
         }
-        Agora { node, limits }
+        AgoraState { node, limits }
     }
 }
 
@@ -100,7 +100,7 @@ pub(super) struct Reservation {
 }
 
 impl Reservation {
-    pub(super) fn new(agora: &Agora, peer: SocketAddr) -> Result<Reservation, AgoraError> {
+    pub(super) fn new(agora: &AgoraState, peer: SocketAddr) -> Result<Reservation, AgoraError> {
         // 192 random bits (§11: hard to guess).
         let mut id_bytes = [0u8; 24];
         rand::rngs::OsRng.fill_bytes(&mut id_bytes);

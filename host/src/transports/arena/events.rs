@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::state::Arena;
+use super::state::ArenaState;
 use super::stream::EventStream;
 use super::wire::Task;
-use crate::runtime::{EventSink, PluginEvent};
+use crate::runtime::{CallEvent, EventSink, PluginEvent};
 
 /// One task's events on their way to the stream, and what the host learns from them.
 pub(super) struct Events {
@@ -27,14 +27,19 @@ pub(super) struct Events {
 }
 
 impl EventSink for Events {
-    fn on_event(&mut self, event: PluginEvent) -> impl Future<Output = ()> + Send {
-        self.forward(event);
+    fn on_event(&mut self, event: CallEvent) -> impl Future<Output = ()> + Send {
+        match event {
+            CallEvent::Plugin(event) => self.forward(event),
+            CallEvent::ToolCall(lifecycle) => self.forward_tool(lifecycle),
+            // An approval is asked of a human; the arena's stream has none.
+            CallEvent::ApprovalAsked(_) | CallEvent::ApprovalWithdrawn { .. } => {}
+        }
         std::future::ready(())
     }
 }
 
 impl Events {
-    pub(super) fn new(arena: &Arena, task: &Task) -> Events {
+    pub(super) fn new(arena: &ArenaState, task: &Task) -> Events {
         Events {
             stream: arena.stream.clone(),
             match_id: task.match_id.clone(),
@@ -46,11 +51,17 @@ impl Events {
         }
     }
 
-    /// Translate a plugin or tool-lifecycle event into a §2 event.
+    /// Translate a tool call's lifecycle step into a §2 event.
+    fn forward_tool(&mut self, lifecycle: Value) {
+        if let Some(event) = self.tool_event(lifecycle) {
+            self.emit(Value::Object(event));
+        }
+    }
+
+    /// Translate a plugin's event into a §2 event.
     pub(super) fn forward(&mut self, event: PluginEvent) {
         let PluginEvent { kind, data } = event;
         let translated = match kind.as_str() {
-            "tool_call" => self.tool_event(data),
             "thinking" | "error" => Some(merge(&kind, data, "message")),
             "spawn_subagent" | "subagent_done" => {
                 let event = merge(&kind, data, "name");
@@ -189,10 +200,7 @@ mod tests {
             kind: "spawn_subagent".into(),
             data: json!({"name": "Analyzer", "role": "analysis"}),
         });
-        events.forward(PluginEvent {
-            kind: "tool_call".into(),
-            data: json!({"call_id": "c", "tool_name": "t", "status": "started", "arguments": {}}),
-        });
+        events.forward_tool(json!({"call_id": "c", "tool_name": "t", "status": "started", "arguments": {}}));
         assert_eq!(events.subagents, ["Analyzer"]);
         assert_eq!(events.tools, ["t"]);
         let response = events

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use self::error::{ArenaError, RETRY_AFTER_SECS};
 use self::events::Events;
-use self::state::{Arena, Shared};
+use self::state::{ArenaState, Shared};
 use self::wire::{AAP_VERSION, bearer, build_reply, parse_task};
 use crate::crypto::jwt;
 use crate::node::state::NodeState;
@@ -44,7 +44,7 @@ use crate::runtime::{Call, Exchange, Phase, TransportKind, event_channel};
 const EVENT_CHANNEL: usize = 256;
 
 pub fn router(state: NodeState) -> Router {
-    let arena = Arena::start(state);
+    let arena = ArenaState::start(state);
     let base = arena.node.config.arena.path.trim_end_matches('/').to_string();
     let task_path = if base.is_empty() { "/" } else { base.as_str() };
     Router::new()

@@ -17,7 +17,7 @@ use crate::node::state::NodeState;
 /// Served tasks the health average covers.
 const LATENCY_WINDOW: usize = 50;
 /// Everything the arena endpoints share.
-pub(super) struct Arena {
+pub(super) struct ArenaState {
     pub(super) node: NodeState,
     pub(super) keys: KeyCache,
     pub(super) stream: Option<Arc<EventStream>>,
@@ -25,14 +25,14 @@ pub(super) struct Arena {
     latencies: Mutex<VecDeque<u64>>,
 }
 
-pub(super) type Shared = Arc<Arena>;
+pub(super) type Shared = Arc<ArenaState>;
 
-impl Arena {
+impl ArenaState {
     /// The arena state for `node`, with its signing keys loading in the
     /// background and reloaded on a schedule for as long as it lives.
     pub(super) fn start(node: NodeState) -> Shared {
         let config = &node.config.arena;
-        let arena = Arc::new(Arena {
+        let arena = Arc::new(ArenaState {
             keys: KeyCache::new(config),
             stream: EventStream::new(
                 &config.stream_url,

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Reply, Service};
+use super::{EnvelopesState, Reply};
 use crate::crypto::envelope::EnvelopeError;
 use crate::runtime::{FailureKind, InvokeError};
 use crate::store::StoreError;
@@ -136,7 +136,7 @@ impl<T, E: Into<EnvelopesError>> AnswersRequest<T> for Result<T, E> {
     }
 }
 
-impl Service {
+impl EnvelopesState {
     /// The one place node errors become the wire's signed ERROR envelope and HTTP status.
     pub(super) fn refuse(&self, refusal: Refusal) -> Reply {
         let code = refusal.error.code();

@@ -25,7 +25,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::Early;
 use super::error::{AnswersRequest, EnvelopesError, Refusal};
 use super::limits::SenderKey;
-use super::state::Service;
+use super::state::EnvelopesState;
 use crate::crypto::envelope::Header;
 use crate::crypto::jcs;
 use crate::policy::ledger::Measure;
@@ -85,7 +85,7 @@ pub(super) fn answers_request(header: &Header) -> Option<String> {
 }
 
 pub(super) async fn dispatch(
-    service: &Service,
+    service: &EnvelopesState,
     sender: &str,
     key: &SenderKey,
     header: Header,
@@ -105,7 +105,7 @@ pub(super) async fn dispatch(
     }
 }
 
-fn welcome(service: &Service) -> Result<Value, EnvelopesError> {
+fn welcome(service: &EnvelopesState) -> Result<Value, EnvelopesError> {
     let registry = service.node.runtime.registry();
     let mut resources: Vec<Value> = registry
         .plugins()
@@ -210,7 +210,7 @@ fn params_key(offer_id: &str) -> Vec<u8> {
 /// Whether one more offer of `bytes` from `key` fits the caps; with `take`
 /// (offer id, expiry) the room is also taken, under the same lock.
 fn offer_room(
-    service: &Service,
+    service: &EnvelopesState,
     key: &SenderKey,
     bytes: usize,
     take: Option<(&str, u64)>,
@@ -233,7 +233,7 @@ fn offer_room(
 }
 
 async fn set_state(
-    service: &Service,
+    service: &EnvelopesState,
     sender: &str,
     request_id: &str,
     resource: &str,
@@ -260,7 +260,7 @@ async fn set_state(
     Ok(())
 }
 
-fn slot(service: &Service) -> Result<OwnedSemaphorePermit, EnvelopesError> {
+fn slot(service: &EnvelopesState) -> Result<OwnedSemaphorePermit, EnvelopesError> {
     service
         .in_flight
         .clone()
@@ -269,7 +269,7 @@ fn slot(service: &Service) -> Result<OwnedSemaphorePermit, EnvelopesError> {
 }
 
 async fn request(
-    service: &Service,
+    service: &EnvelopesState,
     sender: &str,
     key: &SenderKey,
     header: &Header,
@@ -347,13 +347,13 @@ async fn request(
 /// disk would say otherwise). A shared store writes it, so STATUS on another
 /// node of the fleet sees it.
 struct Running<'a> {
-    service: &'a Service,
+    service: &'a EnvelopesState,
     key: Vec<u8>,
 }
 
 impl<'a> Running<'a> {
     async fn start(
-        service: &'a Service,
+        service: &'a EnvelopesState,
         sender: &str,
         request_id: &str,
         resource: &str,
@@ -377,7 +377,7 @@ impl Drop for Running<'_> {
 /// Price a negotiated request and make the offer (or refuse it for the budget).
 #[allow(clippy::too_many_arguments)]
 async fn offer(
-    service: &Service,
+    service: &EnvelopesState,
     sender: &str,
     key: &SenderKey,
     request_id: &str,
@@ -472,7 +472,7 @@ async fn offer(
 }
 
 async fn accept(
-    service: &Service,
+    service: &EnvelopesState,
     sender: &str,
     payload: &Map<String, Value>,
     early: Option<&Early>,
@@ -622,7 +622,11 @@ async fn accept(
     result_envelope(service, &request_id, data).answering(answering)
 }
 
-async fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -> Result<Value, Refusal> {
+async fn status(
+    service: &EnvelopesState,
+    sender: &str,
+    payload: &Map<String, Value>,
+) -> Result<Value, Refusal> {
     let Some(request_id) = payload.get("request_id").and_then(Value::as_str) else {
         return Err(bad("payload.request_id must be a string").into());
     };
@@ -651,7 +655,11 @@ async fn status(service: &Service, sender: &str, payload: &Map<String, Value>) -
 
 /// RESULT `{request_id, status, data}`. A plugin may answer `{"status": "partial", "data": {…}}`;
 /// any other object is the data itself.
-fn result_envelope(service: &Service, request_id: &str, reply: Value) -> Result<Value, EnvelopesError> {
+fn result_envelope(
+    service: &EnvelopesState,
+    request_id: &str,
+    reply: Value,
+) -> Result<Value, EnvelopesError> {
     let (status, data) = match reply {
         Value::Object(mut fields)
             if fields.len() == 2
@@ -677,7 +685,7 @@ fn result_envelope(service: &Service, request_id: &str, reply: Value) -> Result<
 
 /// Run one plugin phase under the envelope's time limit; the reply must be strict JSON.
 async fn run(
-    service: &Service,
+    service: &EnvelopesState,
     plugin: &Arc<LoadedPlugin>,
     phase: Phase,
     sender: &str,

@@ -48,7 +48,7 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 
 use self::error::{AnswersRequest, EnvelopesError, Refusal};
-use self::state::Service;
+use self::state::EnvelopesState;
 use crate::crypto::envelope as signed;
 use crate::crypto::identity::NodeIdentity;
 use crate::node::state::NodeState;
@@ -68,7 +68,7 @@ pub fn router(state: NodeState) -> Router {
     } else {
         base.clone()
     };
-    let service = Arc::new(Service::new(state, identity.signing_key));
+    let service = Arc::new(EnvelopesState::new(state, identity.signing_key));
     Router::new()
         .route(&post_path, post(http_envelope))
         .route(&format!("{base}/ws"), get(ws_upgrade))
@@ -86,7 +86,7 @@ pub(crate) struct Reply {
 /// Pushes on a WebSocket before the final reply (STATUS PROCESSING after ACCEPT).
 pub(crate) type Early = mpsc::Sender<Value>;
 
-impl Service {
+impl EnvelopesState {
     /// Answer one inbound envelope (raw bytes as received). Never fails: errors become ERROR envelopes.
     async fn handle(&self, raw: &[u8], early: Option<&Early>) -> Reply {
         let outcome = self.process(raw, early).await;
@@ -181,7 +181,7 @@ impl Service {
 }
 
 async fn http_envelope(
-    State(service): State<Arc<Service>>,
+    State(service): State<Arc<EnvelopesState>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -217,7 +217,7 @@ async fn http_envelope(
     response
 }
 
-async fn ws_upgrade(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> Response {
+async fn ws_upgrade(State(service): State<Arc<EnvelopesState>>, upgrade: WebSocketUpgrade) -> Response {
     let limit = service.node.config.http.max_body_bytes;
     upgrade
         .max_message_size(limit)
@@ -225,7 +225,7 @@ async fn ws_upgrade(State(service): State<Arc<Service>>, upgrade: WebSocketUpgra
         .on_upgrade(move |socket| ws_session(service, socket))
 }
 
-async fn ws_session(service: Arc<Service>, socket: WebSocket) {
+async fn ws_session(service: Arc<EnvelopesState>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
     let (outgoing, mut queue) = mpsc::channel::<Value>(64);
     let idle = Duration::from_secs(service.node.config.envelopes.ws_idle_timeout_secs);

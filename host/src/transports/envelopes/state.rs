@@ -22,7 +22,7 @@ use crate::policy::ledger::Ledger;
 use crate::policy::rate::RateTable;
 use crate::store::now_ms;
 
-pub(crate) struct Service {
+pub(crate) struct EnvelopesState {
     pub(super) node: NodeState,
     signing_key: SigningKey,
     pub(super) did: String,
@@ -34,13 +34,13 @@ pub(crate) struct Service {
     pub(super) running: Mutex<HashSet<Vec<u8>>>,
 }
 
-impl Service {
-    pub(super) fn new(node: NodeState, signing_key: SigningKey) -> Service {
+impl EnvelopesState {
+    pub(super) fn new(node: NodeState, signing_key: SigningKey) -> EnvelopesState {
         let did = crate::crypto::identity::did_key(&signing_key.verifying_key());
         let in_flight = Arc::new(Semaphore::new(node.config.envelopes.max_in_flight));
         let rate = Mutex::new(limits::rate_table(&node.config.envelopes));
         let offers = Mutex::new(limits::offer_ledger(&node.config.envelopes));
-        Service {
+        EnvelopesState {
             node,
             signing_key,
             did,

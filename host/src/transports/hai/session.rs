@@ -38,7 +38,7 @@ use super::wire::Outbound;
 use crate::background::Background;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
 use crate::policy::rate::RateTable;
-use crate::runtime::{ApprovalAsked, ApprovalOutcome, Approvals, Approver, PluginEvent};
+use crate::runtime::{ApprovalAsked, ApprovalOutcome, Approvals, Approver, CallEvent};
 use crate::store::{Collection, Store};
 
 /// How long an unused session stays in memory (keeps its rate window across reconnects)
@@ -524,7 +524,7 @@ pub type HostCalls = Arc<Mutex<HashMap<String, CallMark>>>;
 /// The deadline takes it too, so a timeout and a human's answer never both count.
 pub struct SessionApprover {
     pub session: Arc<Session>,
-    pub events: mpsc::Sender<PluginEvent>,
+    pub events: mpsc::Sender<CallEvent>,
     pub calls: HostCalls,
     pub store: Store,
 }
@@ -565,7 +565,7 @@ impl Approver for SessionApprover {
             },
         );
         self.events
-            .send(question.event())
+            .send(CallEvent::ApprovalAsked(question.clone()))
             .await
             .map_err(|_| "the session ended before anyone could approve".to_string())
     }
@@ -750,7 +750,7 @@ mod tests {
     fn approver(
         session: &Arc<Session>,
         store: &Store,
-    ) -> (SessionApprover, mpsc::Receiver<PluginEvent>, HostCalls) {
+    ) -> (SessionApprover, mpsc::Receiver<CallEvent>, HostCalls) {
         let (events, stream) = mpsc::channel(4);
         let calls = HostCalls::default();
         let approver = SessionApprover {
@@ -783,7 +783,9 @@ mod tests {
             let approvals = approvals.clone();
             tokio::spawn(async move { approvals.ask(&approver, None, risky_call()).await })
         };
-        let asked = ApprovalAsked::from_event(&stream.recv().await.unwrap()).expect("the question");
+        let Some(CallEvent::ApprovalAsked(asked)) = stream.recv().await else {
+            panic!("the question first")
+        };
         assert_eq!(
             calls.lock()["c"].approval_id.as_deref(),
             Some(asked.approval_id.as_str())
@@ -809,7 +811,9 @@ mod tests {
             let approvals = approvals.clone();
             tokio::spawn(async move { approvals.ask(&approver, None, risky_call()).await })
         };
-        let asked = ApprovalAsked::from_event(&stream.recv().await.unwrap()).expect("the question");
+        let Some(CallEvent::ApprovalAsked(asked)) = stream.recv().await else {
+            panic!("the question first")
+        };
         // Another node's connection took the record: its decision comes over the bus, late.
         let key = approval_key("a", &asked.approval_id);
         let taken: Option<ApprovalRecord> = store.take(Collection::Approvals, &key).await.unwrap();

@@ -27,12 +27,11 @@ use serde_json::{Value, json};
 
 use super::session::{HostCalls, Origin, QueuedTurn, Session, SessionApprover};
 use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
-use super::{HaiError, Shared, history_id};
+use super::{HaiError, HaiState, history_id};
 use serde::Deserialize;
 
-use crate::runtime::approval::APPROVAL_ASKED;
 use crate::runtime::{
-    ApprovalAsked, Call, EventSink, Exchange, Phase, PluginEvent, Risk, TransportKind, event_channel,
+    ApprovalAsked, Call, CallEvent, EventSink, Exchange, Phase, Risk, TransportKind, event_channel,
 };
 use crate::transports::chunks::{ChunkedAnswer, OverLimit};
 use crate::vocab::{ToolLifecycle, ToolStage};
@@ -46,7 +45,7 @@ const EVENT_BUFFER: usize = 64;
 
 /// Run a turn to its end. Every failure becomes an error frame for the session.
 pub async fn run(
-    shared: Shared,
+    shared: HaiState,
     session: Arc<Session>,
     origin: Origin,
     message: UserMessage,
@@ -74,7 +73,7 @@ pub async fn run(
 }
 
 async fn answer(
-    shared: &Shared,
+    shared: &HaiState,
     session: &Arc<Session>,
     origin: Origin,
     message: &UserMessage,
@@ -161,7 +160,7 @@ struct KnownCall {
 }
 
 struct Turn<'a> {
-    shared: &'a Shared,
+    shared: &'a HaiState,
     session: &'a Arc<Session>,
     message_id: String,
     agent_id: String,
@@ -176,7 +175,14 @@ struct Turn<'a> {
 }
 
 impl EventSink for Turn<'_> {
-    async fn on_event(&mut self, event: PluginEvent) {
+    async fn on_event(&mut self, event: CallEvent) {
+        let event = match event {
+            CallEvent::Plugin(event) => event,
+            CallEvent::ToolCall(lifecycle) => return self.tool_call(&lifecycle).await,
+            CallEvent::ApprovalAsked(asked) => return self.approval_request(asked).await,
+            // The tool's lifecycle says what became of the call.
+            CallEvent::ApprovalWithdrawn { .. } => return,
+        };
         match event.kind.as_str() {
             "chunk" | "assistant_message_chunk" => {
                 if let Some(content) = event.data["content"].as_str() {
@@ -199,13 +205,6 @@ impl EventSink for Turn<'_> {
                     .as_str()
                     .map(|r| truncate_chars(r, MAX_REASONING_CHARS));
             }
-            APPROVAL_ASKED => match ApprovalAsked::from_event(&event) {
-                Some(asked) => self.approval_request(asked).await,
-                None => {
-                    tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: a malformed approval request was dropped")
-                }
-            },
-            "tool_call" => self.tool_call(&event.data).await,
             other => tracing::debug!(kind = other, "hai: event kind ignored"),
         }
     }

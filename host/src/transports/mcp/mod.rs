@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use self::error::McpError;
-use self::state::{InUse, Mcp, McpSession, Shared};
+use self::state::{InUse, McpSession, McpState, Shared};
 use self::wire::{PROTOCOL_VERSION_HEADER, PROTOCOL_VERSIONS, SESSION_HEADER};
 use crate::jsonrpc::{self, Fault, Inbound, Refused};
 use crate::node::state::NodeState;
@@ -65,7 +65,7 @@ pub fn router(node: NodeState) -> Router {
         refuse: |refusal| McpError::from(refusal).into_response(),
     };
     let policy = node.browser.clone();
-    let shared = Mcp::new(node);
+    let shared = McpState::new(node);
     shared.sweep_idle();
     let router = Router::new()
         .route(

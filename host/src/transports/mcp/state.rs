@@ -40,12 +40,12 @@ use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
 use crate::runtime::ApprovalOutcome;
 
-pub type Shared = Arc<Mcp>;
+pub type Shared = Arc<McpState>;
 
 /// History entries kept per session (tool calls and approvals).
 const MAX_HISTORY_ENTRIES: usize = 1_000;
 
-pub struct Mcp {
+pub struct McpState {
     pub node: NodeState,
     /// Live sessions by id. Every session is opened and evicted under this lock,
     /// so a place an eviction frees goes to the session that asked for it.
@@ -74,7 +74,7 @@ pub struct McpSession {
     ended: watch::Sender<bool>,
 }
 
-impl Mcp {
+impl McpState {
     pub fn new(node: NodeState) -> Shared {
         let config = &node.config.mcp;
         let places = Admission::new(Bounds {
@@ -84,7 +84,7 @@ impl Mcp {
             per_client_key: "mcp.max_sessions_per_ip",
             wait: Duration::ZERO,
         });
-        Arc::new(Mcp {
+        Arc::new(McpState {
             node,
             sessions: Mutex::default(),
             places,

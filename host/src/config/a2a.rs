@@ -1,0 +1,94 @@
+//! `[a2a]`: Agent2Agent 1.0 over JSON-RPC (`transports::a2a`).
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, Endpoint, all_positive, check_origins, invalid};
+
+/// Agent2Agent 1.0 (JSON-RPC binding); `config/agora.toml` explains each key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aConfig {
+    pub enabled: bool,
+    pub listen: String,
+    /// The JSON-RPC endpoint.
+    pub path: String,
+    /// Base URL clients reach the node at; empty: the first public host, else the listen address.
+    pub public_url: String,
+    /// Browser origins allowed to call besides the node's own.
+    pub allowed_origins: Vec<String>,
+    pub name: String,
+    pub description: String,
+    /// Plugin answering A2A messages; empty: the HAI assistant.
+    pub default_plugin: String,
+    /// When not empty, `POST {path}` requires `Authorization: Bearer <this>`.
+    pub auth_token: String,
+    pub max_body_bytes: usize,
+    pub max_parts_per_message: usize,
+    pub max_tasks_per_context: usize,
+    /// Bytes of tasks one `ListTasks` page holds (past its first task).
+    pub max_list_bytes: usize,
+    pub max_running_tasks: usize,
+    pub max_running_tasks_per_ip: usize,
+    pub new_tasks_per_ip_per_minute: u32,
+    pub stream_idle_timeout_ms: u64,
+    pub task_ttl_secs: u64,
+    pub max_history_entries: usize,
+    /// Tasks one client address may have stored (live within `task_ttl_secs`).
+    pub max_stored_tasks_per_client: u64,
+    /// Bytes of stored tasks one client address may have.
+    pub max_stored_task_bytes_per_client: u64,
+    /// Bytes of stored tasks of every client together.
+    pub max_stored_task_bytes: u64,
+}
+
+impl A2aConfig {
+    /// Where this transport is served.
+    pub fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            section: "a2a",
+            enabled: self.enabled,
+            listen: ("a2a.listen", &self.listen),
+            path: Some(("a2a.path", &self.path)),
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        self.endpoint().validate()?;
+        check_origins("a2a.allowed_origins", &self.allowed_origins)?;
+        all_positive(&[
+            ("a2a.max_body_bytes", self.max_body_bytes as u64),
+            ("a2a.max_parts_per_message", self.max_parts_per_message as u64),
+            ("a2a.max_tasks_per_context", self.max_tasks_per_context as u64),
+            ("a2a.max_list_bytes", self.max_list_bytes as u64),
+            ("a2a.max_running_tasks", self.max_running_tasks as u64),
+            (
+                "a2a.max_running_tasks_per_ip",
+                self.max_running_tasks_per_ip as u64,
+            ),
+            (
+                "a2a.new_tasks_per_ip_per_minute",
+                u64::from(self.new_tasks_per_ip_per_minute),
+            ),
+            ("a2a.stream_idle_timeout_ms", self.stream_idle_timeout_ms),
+            ("a2a.task_ttl_secs", self.task_ttl_secs),
+            ("a2a.max_history_entries", self.max_history_entries as u64),
+            (
+                "a2a.max_stored_tasks_per_client",
+                self.max_stored_tasks_per_client,
+            ),
+            (
+                "a2a.max_stored_task_bytes_per_client",
+                self.max_stored_task_bytes_per_client,
+            ),
+            ("a2a.max_stored_task_bytes", self.max_stored_task_bytes),
+        ])?;
+        if !self.public_url.is_empty() {
+            let parsed =
+                url::Url::parse(&self.public_url).map_err(|e| invalid("a2a.public_url", e.to_string()))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(invalid("a2a.public_url", "must be an http:// or https:// URL"));
+            }
+        }
+        Ok(())
+    }
+}
