@@ -54,6 +54,20 @@ impl Fault {
     }
 }
 
+/// The faults a protocol's own error raises for itself (a parameter it
+/// reads, a request it refuses), for every error that wraps a [`Fault`].
+pub trait Faults: From<Fault> {
+    fn invalid_request(why: impl Into<String>) -> Self {
+        Fault::InvalidRequest(why.into()).into()
+    }
+
+    fn invalid_params(why: impl Into<String>) -> Self {
+        Fault::InvalidParams(why.into()).into()
+    }
+}
+
+impl<T: From<Fault>> Faults for T {}
+
 /// A refused message: the fault, and the id to answer it with (null when none could be read).
 #[derive(Debug)]
 pub struct Refused {
@@ -323,52 +337,40 @@ mod tests {
 
     #[test]
     fn each_fault_has_its_code_and_keeps_the_id_it_could_read() {
-        for dialect in [SERVER_OF_TASKS, SERVER_OF_SESSIONS] {
-            assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"#, dialect), -32700);
-            assert_eq!(
-                code(br#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#, dialect),
-                -32600
-            );
-            assert_eq!(code(br#"{"jsonrpc":"1.0","id":1,"method":"m"}"#, dialect), -32600);
-            assert_eq!(
-                code(br#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#, dialect),
-                -32600
-            );
-            assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#, dialect), -32600);
-            assert_eq!(code(br#"{"jsonrpc":"2.0","id":1}"#, dialect), -32600);
+        let both = [SERVER_OF_TASKS, SERVER_OF_SESSIONS];
+        let cases: [(&[u8], &[Dialect], i64); 9] = [
+            (br#"{"jsonrpc":"2.0","id":1,"method":"#, &both, -32700),
+            (br#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#, &both, -32600),
+            (br#"{"jsonrpc":"1.0","id":1,"method":"m"}"#, &both, -32600),
+            (br#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#, &both, -32600),
+            (br#"{"jsonrpc":"2.0","id":1,"method":7}"#, &both, -32600),
+            (br#"{"jsonrpc":"2.0","id":1}"#, &both, -32600),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+                &[SERVER_OF_SESSIONS],
+                -32602,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
+                &[SERVER_OF_SESSIONS],
+                -32602,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
+                &[SERVER_OF_TASKS],
+                -32600,
+            ),
+        ];
+        for (raw, dialects, expected) in cases {
+            for dialect in dialects {
+                let text = String::from_utf8_lossy(raw);
+                assert_eq!(code(raw, *dialect), expected, "{text} as {dialect:?}");
+            }
         }
-        assert_eq!(
-            code(
-                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
-                SERVER_OF_SESSIONS
-            ),
-            -32602
-        );
-        assert_eq!(
-            code(
-                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
-                SERVER_OF_SESSIONS
-            ),
-            -32602
-        );
-        assert_eq!(
-            code(
-                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
-                SERVER_OF_TASKS
-            ),
-            -32600
-        );
-        assert!(
-            parse(
-                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
-                SERVER_OF_TASKS
-            )
-            .is_ok()
-        );
-        assert_eq!(
-            code(br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#, SERVER_OF_SESSIONS),
-            -32600
-        );
+        let positional = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#;
+        assert!(parse(positional, SERVER_OF_TASKS).is_ok());
+        let null_id = br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#;
+        assert_eq!(code(null_id, SERVER_OF_SESSIONS), -32600);
         let refused = parse(br#"{"jsonrpc":"1.0","id":7,"method":"m"}"#, SERVER_OF_SESSIONS).unwrap_err();
         assert_eq!(refused.id, json!(7));
     }

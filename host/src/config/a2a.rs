@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive, check_origins, invalid};
 
 /// Agent2Agent 1.0 (JSON-RPC binding); `config/agora.toml` explains each key.
@@ -44,12 +45,7 @@ pub struct A2aConfig {
 impl A2aConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "a2a",
-            enabled: self.enabled,
-            listen: ("a2a.listen", &self.listen),
-            path: Some(("a2a.path", &self.path)),
-        }
+        endpoint_of!("a2a", self)
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

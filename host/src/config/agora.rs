@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,12 +37,7 @@ pub struct AgoraConfig {
 impl AgoraConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "agora",
-            enabled: self.enabled,
-            listen: ("agora.listen", &self.listen),
-            path: Some(("agora.path", &self.path)),
-        }
+        endpoint_of!("agora", self)
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive, invalid};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,12 +33,7 @@ pub struct ArenaConfig {
 impl ArenaConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "arena",
-            enabled: self.enabled,
-            listen: ("arena.listen", &self.listen),
-            path: Some(("arena.path", &self.path)),
-        }
+        endpoint_of!("arena", self)
     }
 
     /// The arena keys that cannot work as given.

@@ -5,6 +5,28 @@
 
 use super::{ConfigError, invalid, parse_listen};
 
+/// A section's [`Endpoint`] from its `enabled`, `listen` and (unless the
+/// protocol fixes its paths) `path` keys, named `<section>.listen` and `<section>.path`.
+macro_rules! endpoint_of {
+    ($section:literal, $config:expr) => {
+        $crate::config::Endpoint {
+            section: $section,
+            enabled: $config.enabled,
+            listen: (concat!($section, ".listen"), &$config.listen),
+            path: Some((concat!($section, ".path"), &$config.path)),
+        }
+    };
+    ($section:literal, $config:expr, fixed_paths) => {
+        $crate::config::Endpoint {
+            section: $section,
+            enabled: $config.enabled,
+            listen: (concat!($section, ".listen"), &$config.listen),
+            path: None,
+        }
+    };
+}
+pub(super) use endpoint_of;
+
 /// One transport's place on the node, read from its section.
 #[derive(Debug, Clone, Copy)]
 pub struct Endpoint<'a> {

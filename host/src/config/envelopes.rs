@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,12 +45,7 @@ pub struct EnvelopesConfig {
 impl EnvelopesConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "envelopes",
-            enabled: self.enabled,
-            listen: ("envelopes.listen", &self.listen),
-            path: Some(("envelopes.path", &self.path)),
-        }
+        endpoint_of!("envelopes", self)
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

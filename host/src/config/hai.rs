@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive, check_origins};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,12 +49,7 @@ pub struct HaiConfig {
 impl HaiConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "hai",
-            enabled: self.enabled,
-            listen: ("hai.listen", &self.listen),
-            path: Some(("hai.path", &self.path)),
-        }
+        endpoint_of!("hai", self)
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive, check_origins, invalid, parse_listen};
 
 /// The Model Context Protocol: the node's tools served over Streamable HTTP, and
@@ -51,12 +52,7 @@ pub struct McpServerConfig {
 impl McpConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "mcp",
-            enabled: self.enabled,
-            listen: ("mcp.listen", &self.listen),
-            path: Some(("mcp.path", &self.path)),
-        }
+        endpoint_of!("mcp", self)
     }
 
     /// `main_listen`: the node's own `listen`, which MCP shares when it has none.

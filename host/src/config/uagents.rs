@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use super::endpoint::endpoint_of;
 use super::{ConfigError, Endpoint, all_positive, invalid, is_http_url};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,12 +43,7 @@ pub struct UagentsConfig {
 impl UagentsConfig {
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            section: "uagents",
-            enabled: self.enabled,
-            listen: ("uagents.listen", &self.listen),
-            path: None,
-        }
+        endpoint_of!("uagents", self, fixed_paths)
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

@@ -3,6 +3,18 @@
 //! `is_final`, A2A's `lastChunk`): only when the plugin returns is it known
 //! which chunk was last, so the latest one is always held back.
 
+/// What an assistant's reply states as its answer: its `content`, or the
+/// reply itself when it is a bare string (JSON or not); empty when neither.
+pub fn stated_answer(reply: &str) -> String {
+    let reply: serde_json::Value =
+        serde_json::from_str(reply).unwrap_or_else(|_| serde_json::Value::String(reply.into()));
+    reply["content"]
+        .as_str()
+        .or_else(|| reply.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 pub struct ChunkedAnswer {
     text: String,
     held: Option<String>,

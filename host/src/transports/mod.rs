@@ -40,37 +40,22 @@ pub struct Transport {
     pub router: fn(NodeState) -> Router,
 }
 
+impl Transport {
+    const fn new(endpoint: fn(&Config) -> Endpoint<'_>, router: fn(NodeState) -> Router) -> Transport {
+        Transport { endpoint, router }
+    }
+}
+
 /// Every transport the node speaks. Adding a protocol is its folder here, one
 /// line in this table and its section in `crate::config` (`docs/architecture.md`).
 pub const TRANSPORTS: [Transport; 7] = [
-    Transport {
-        endpoint: |config| config.agora.endpoint(),
-        router: agora::router,
-    },
-    Transport {
-        endpoint: |config| config.envelopes.endpoint(),
-        router: envelopes::router,
-    },
-    Transport {
-        endpoint: |config| config.uagents.endpoint(),
-        router: uagents::router,
-    },
-    Transport {
-        endpoint: |config| config.arena.endpoint(),
-        router: arena::router,
-    },
-    Transport {
-        endpoint: |config| config.hai.endpoint(),
-        router: hai::router,
-    },
-    Transport {
-        endpoint: |config| config.a2a.endpoint(),
-        router: a2a::router,
-    },
-    Transport {
-        endpoint: |config| config.mcp.endpoint(),
-        router: mcp::router,
-    },
+    Transport::new(|config| config.agora.endpoint(), agora::router),
+    Transport::new(|config| config.envelopes.endpoint(), envelopes::router),
+    Transport::new(|config| config.uagents.endpoint(), uagents::router),
+    Transport::new(|config| config.arena.endpoint(), arena::router),
+    Transport::new(|config| config.hai.endpoint(), hai::router),
+    Transport::new(|config| config.a2a.endpoint(), a2a::router),
+    Transport::new(|config| config.mcp.endpoint(), mcp::router),
 ];
 
 /// An operator's bearer token, when one is set (`""`: no token needed);

@@ -46,14 +46,6 @@ pub enum A2aError {
 }
 
 impl A2aError {
-    pub fn invalid_request(why: impl Into<String>) -> A2aError {
-        Fault::InvalidRequest(why.into()).into()
-    }
-
-    pub fn invalid_params(why: impl Into<String>) -> A2aError {
-        Fault::InvalidParams(why.into()).into()
-    }
-
     pub fn code(&self) -> i64 {
         match self {
             A2aError::Rpc(fault) => fault.code(),

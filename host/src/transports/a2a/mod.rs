@@ -58,7 +58,7 @@ use self::wire::{
     GetTaskRequest, ListTasksRequest, Message, MessageLimits, SendMessageRequest, StreamResponse, Task,
     TaskIdRequest, TaskState, TaskStatus,
 };
-use crate::jsonrpc::{self, Dialect, Fault, Inbound, Refused};
+use crate::jsonrpc::{self, Dialect, Fault, Faults, Inbound, Refused};
 use crate::node::state::NodeState;
 use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
 use crate::store::depth as json_depth;

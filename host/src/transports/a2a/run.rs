@@ -28,12 +28,13 @@ use tokio::sync::mpsc;
 use super::error::A2aError;
 use super::state::{LiveTask, RunSlot, Shared, approval_scope, context_key, status};
 use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
+use crate::jsonrpc::Faults;
 use crate::node::state::NodeState;
 use crate::runtime::{
     ApprovalAsked, ApprovalOutcome, Approver, Call, CallEvent, EventSink, Exchange, LoadedPlugin, Phase,
     TransportKind, event_channel,
 };
-use crate::transports::chunks::{ChunkedAnswer, OverLimit};
+use crate::transports::chunks::{ChunkedAnswer, OverLimit, stated_answer};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// Host-only (a plugin's `emit` of `host.*` is refused): the approval's
@@ -160,17 +161,12 @@ async fn try_answer(
         .runtime
         .invoke_streaming(&plugin, call, exchange, stream, &mut answer, None)
         .await;
-    let reply = outcome?;
-    let reply: Value = serde_json::from_str(&reply).unwrap_or(Value::String(reply));
-    let stated = reply["content"]
-        .as_str()
-        .or_else(|| reply.as_str())
-        .unwrap_or_default();
+    let stated = stated_answer(&outcome?);
     if answer.chunks.text().is_empty() {
         if stated.trim().is_empty() {
             return Err(A2aError::Internal("the agent gave no answer".into()));
         }
-        answer.chunk(stated);
+        answer.chunk(&stated);
     }
     append(
         shared,

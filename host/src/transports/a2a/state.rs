@@ -46,6 +46,7 @@ use super::wire::{
     ListTasksRequest, ListTasksResponse, Message, Part, StreamResponse, Task, TaskState, TaskStatus,
     TaskStatusUpdateEvent, timestamp_now,
 };
+use crate::jsonrpc::Faults;
 use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Slot};
 use crate::policy::quota::{Charge, QuotaBounds, QuotaError, StoredQuota};

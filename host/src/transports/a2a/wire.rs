@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::A2aError;
+use crate::jsonrpc::Faults;
 
 /// Task states, by their proto names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

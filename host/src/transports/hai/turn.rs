@@ -33,7 +33,7 @@ use serde::Deserialize;
 use crate::runtime::{
     ApprovalAsked, Call, CallEvent, EventSink, Exchange, Phase, Risk, TransportKind, event_channel,
 };
-use crate::transports::chunks::{ChunkedAnswer, OverLimit};
+use crate::transports::chunks::{ChunkedAnswer, OverLimit, stated_answer};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// The most reply text one turn assembles; chunks beyond it are dropped.
@@ -431,17 +431,13 @@ impl Turn<'_> {
     }
 
     async fn finish(mut self, reply: &str) -> Result<(), HaiError> {
-        let reply: Value = serde_json::from_str(reply).unwrap_or(Value::String(reply.into()));
-        let stated = reply["content"]
-            .as_str()
-            .or_else(|| reply.as_str())
-            .unwrap_or_default();
+        let stated = stated_answer(reply);
         if self.answer.text().is_empty() {
             // Nothing was streamed: the reply is the whole answer, sent as one final chunk.
             if stated.trim().is_empty() {
                 return Err(HaiError::AssistantFailed("the assistant gave no answer".into()));
             }
-            self.chunk(&truncate_chars(stated, MAX_REPLY_BYTES / 4));
+            self.chunk(&truncate_chars(&stated, MAX_REPLY_BYTES / 4));
         }
         // On disk before the final frame: a client that saw the whole reply finds it in the history.
         let recorded = self

@@ -46,14 +46,6 @@ pub enum McpError {
 }
 
 impl McpError {
-    pub fn invalid_request(why: impl Into<String>) -> McpError {
-        Fault::InvalidRequest(why.into()).into()
-    }
-
-    pub fn invalid_params(why: impl Into<String>) -> McpError {
-        Fault::InvalidParams(why.into()).into()
-    }
-
     pub fn code(&self) -> i64 {
         match self {
             McpError::Rpc(fault) => fault.code(),

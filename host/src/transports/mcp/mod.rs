@@ -47,7 +47,7 @@ use tokio::sync::mpsc;
 use self::error::McpError;
 use self::state::{InUse, McpSession, McpState, Shared};
 use self::wire::{PROTOCOL_VERSION_HEADER, PROTOCOL_VERSIONS, SESSION_HEADER};
-use crate::jsonrpc::{self, Fault, Inbound, Refused};
+use crate::jsonrpc::{self, Fault, Faults, Inbound, Refused};
 use crate::node::state::NodeState;
 
 /// Messages an SSE answer buffers for a slow client before the call waits.

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::error::McpError;
-use crate::jsonrpc::Dialect;
+use crate::jsonrpc::{Dialect, Faults};
 
 /// The handshake-era revisions the node serves, oldest first; the last is
 /// offered to a client asking for one the node does not know (§"Lifecycle",
