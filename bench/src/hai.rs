@@ -1,5 +1,5 @@
 //! Row 6's HAI client: real WebSocket clients (tokio-tungstenite) against the
-//! node's `GET /ws`, speaking `hai-protocol.md` as the browser client does:
+//! node's `GET /ws`, speaking the HAI specification as the browser client does:
 //! connect with `?session_id=…` (which starts the session), send
 //! `user_message`s, read `assistant_message_chunk`s up to `status: completed`.
 //! The node's `session` frame (the new session's secret) is read and ignored:

@@ -133,7 +133,7 @@ fn the_table_in_lib_rs_is_this_one() {
 
 /// The scanner itself: each way of naming a module is found, and comments,
 /// strings and `super::` that stays inside the module are not (seen from
-/// `config.rs`, where a file-level `super::` is the crate root).
+/// `config/mod.rs`, where a file-level `super::` is the crate root).
 #[test]
 fn references_are_found_in_every_form() {
     let text = r#####"

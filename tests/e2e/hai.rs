@@ -1,4 +1,4 @@
-//! HAI (`hai-protocol.md`) end to end: a real node with the `hai-assistant`
+//! HAI (the HAI specification) end to end: a real node with the `hai-assistant`
 //! and `inspection-tools` plugins, real WebSockets (tokio-tungstenite), and the
 //! browser client in Debian's chromium driven by Playwright.
 

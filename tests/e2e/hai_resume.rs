@@ -1,4 +1,4 @@
-//! Issue 37, a returning HAI client: the spec's client (`hai-protocol.md`
+//! Issue 37, a returning HAI client: the spec's client (the HAI specification
 //! §"Session Management") keeps only its `session_id`, a `crypto.randomUUID()`,
 //! and resumes with it after a reload; it never learns the node's
 //! `session_secret`. A canonical UUIDv4 id carries 122 random bits, so the node

@@ -49,7 +49,7 @@ fn session_id(label: &str) -> String {
     format!("{label}-{}-{n}", std::process::id())
 }
 
-/// A HAI WebSocket client (`hai-protocol.md`).
+/// A HAI WebSocket client (the HAI specification).
 struct Hai {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
     /// The secret of the session this connection created (the HAI `session` frame).

@@ -1,4 +1,4 @@
-//! Scriptable handlers (issue 8) as HAI tools (`hai-protocol.md` §4–5): the
+//! Scriptable handlers (issue 8) as HAI tools (the HAI specification §4–5): the
 //! JavaScript port of `inspection-tools` (plugins/js-inspection-tools, built
 //! here with componentize-js) serves the `hai-assistant` over the real `/ws`
 //! exactly as the Rust plugin does, and tool calls (`host.call-tool` →

@@ -1,5 +1,5 @@
 //! `agora-node uagents …`: a uAgents client on the command line
-//! (`uagents-exchange.txt`): sign a message envelope with a uAgents identity,
+//! (the uAgents Exchange protocol): sign a message envelope with a uAgents identity,
 //! POST it to an agent's `/submit`, and verify the reply — from the HTTP
 //! body with `--sync`, or, with `--listen`, as an asynchronous envelope the
 //! agent POSTs back to this command's own `/submit`. The agent's endpoint is

@@ -1,4 +1,4 @@
-//! uAgents cryptography as uagents-core 0.4.12 does it (`uagents-exchange.txt`,
+//! uAgents cryptography as uagents-core 0.4.12 does it (the uAgents Exchange protocol,
 //! "Envelopes"; the algorithm notes in `vectors/uagents_envelope.json`):
 //!
 //! - keys: secp256k1, private key = sha256(sha256("agent" ‖ index) ‖ sha256(seed));

@@ -1,4 +1,4 @@
-//! Sending uAgents envelopes (`uagents-exchange.txt`, "Endpoints"): an
+//! Sending uAgents envelopes (the uAgents Exchange protocol, "Endpoints"): an
 //! envelope is POSTed as JSON to the peer's `/submit`; with
 //! `x-uagents-connection: sync` the peer's HTTP body is its reply envelope.
 //! Used by the node for asynchronous replies, by plugins (`host.outbound`

@@ -2,11 +2,11 @@
 //! protocol in its module; each maps the node's errors to that protocol's own
 //! error shape in exactly one place.
 //!
-//! - [`agora`]: Agora two-party JSON exchanges (`agora-two-party-json.txt`).
-//! - [`envelopes`]: signed Agora envelopes (`agora-signed-envelopes.md`).
-//! - [`uagents`]: Fetch.ai uAgents exchange (`uagents-exchange.txt`).
-//! - [`arena`]: Agora Arena tasks, health and live events (`agora-arena-aap.*`).
-//! - [`hai`]: human chat over WebSocket and the browser client (`hai-protocol.md`).
+//! - [`agora`]: Agora two-party JSON exchanges ("Agora Protocol for Two-Party JSON Exchanges").
+//! - [`envelopes`]: signed Agora envelopes ("Agora Protocol Specification v1.0").
+//! - [`uagents`]: Fetch.ai uAgents exchange ("uAgents Exchange protocol").
+//! - [`arena`]: Agora Arena tasks, health and live events ("Agora Arena Protocol (AAP)").
+//! - [`hai`]: human chat over WebSocket and the browser client ("AGORA HAI Protocol Specification").
 //! - [`a2a`]: Agent2Agent 1.0 over JSON-RPC, answered by the HAI assistant plugin.
 //! - [`mcp`]: the Model Context Protocol: plugin tools for MCP clients, with the host's approvals.
 //!
@@ -14,6 +14,9 @@
 //! connect from a browser (each router is wrapped in the browser guard), how
 //! many live things and how much stored data one client may hold. A transport
 //! decides only how to ask and how to refuse in its own protocol's shape.
+//!
+//! [`TRANSPORTS`] is the table the node mounts them from; every transport
+//! folder has the same shape (`docs/architecture.md`).
 //!
 //! The clients of these protocols (what the CLI and plugins' outbound calls
 //! use) live below, in [`crate::peers`], so the runtime can call out without

@@ -1,4 +1,4 @@
-//! The example HAI assistant (`hai-protocol.md` §"Conversation Flows"):
+//! The example HAI assistant (the HAI specification §"Conversation Flows"):
 //!
 //! - any message: an answer streamed in several chunks (`emit("chunk", …)`);
 //! - "search …": the low-risk tool `search_regulations`, answered with its result;

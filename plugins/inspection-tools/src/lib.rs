@@ -1,4 +1,4 @@
-//! Tools for the HAI assistant (`hai-protocol.md` §4–5), offered through the
+//! Tools for the HAI assistant (the HAI specification §4–5), offered through the
 //! host so the assistant never runs them itself:
 //!
 //! - `search_regulations` (low risk): searches a bundled table of food-safety

@@ -1,5 +1,5 @@
 //! [`AgoraError`]: everything that can go wrong, sorted by the layer of
-//! `agora-two-party-json.txt` §10 it belongs to, and the one place it becomes
+//! the two-party specification §10 it belongs to, and the one place it becomes
 //! Agora's wire shape. Transport errors are HTTP statuses (§10.1); Agora errors
 //! are 200 with `{"status":"failure","error":…}` (§10.2); the conversation caps
 //! ([`super::limits`]) are 429/503 with `Retry-After` in that same shape.

@@ -1,4 +1,4 @@
-//! What the Agora transport stores (`agora-two-party-json.txt` §7): each
+//! What the Agora transport stores (the two-party specification §7): each
 //! multi-round conversation's record in sled under an unguessable id, its
 //! history (two entries a round), and its place under the conversation caps
 //! ([`super::limits`]), which a restart restores from the records.

@@ -1,4 +1,4 @@
-//! The requests and replies of `agora-two-party-json.txt` §6, and their
+//! The requests and replies of the two-party specification §6, and their
 //! checks: a request is read here (§6.1, unknown fields ignored) before
 //! anything else looks at it, and every success reply (§6.2, with
 //! `conversationId` and `conversationExpires` once a conversation exists, §7.1)

@@ -1,5 +1,5 @@
 //! [`ArenaError`]: every way an arena request fails, by the status AAP §5
-//! (`agora-arena-aap.en.md`, "Status codes") gives it, and the one
+//! (the AAP specification, "Status codes") gives it, and the one
 //! place it becomes the wire shape: `{"error": …}` with that status, and
 //! `Retry-After` on every 503.
 

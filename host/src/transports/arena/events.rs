@@ -1,4 +1,4 @@
-//! One task's live events (AAP §2 in `agora-arena-aap.en.md`, "Live events"):
+//! One task's live events (AAP §2, "Live events"):
 //! plugin events and the host's tool lifecycle translated into §2 events,
 //! stamped with their match and round (our extension), and queued on the
 //! stream without ever waiting. On the way the host learns which tools and

@@ -1,4 +1,4 @@
-//! What the arena transport holds (AAP, `agora-arena-aap.en.md`): the arena's
+//! What the arena transport holds (the AAP specification): the arena's
 //! signing keys (§4, [`super::keys`]), the live event stream (§2,
 //! [`super::stream`]), the slots that cap concurrent tasks, and the recent
 //! latencies the §3 health reply averages.

@@ -1,5 +1,5 @@
-//! The requests and replies of AAP (`agora-arena-aap.es.txt`, numbered as in
-//! `agora-arena-aap.en.md`): the §1 task, read here before anything else looks
+//! The requests and replies of AAP (the AAP specification, numbered as in
+//! its English reading): the §1 task, read here before anything else looks
 //! at it (the plugin gets the whole body); the §4 bearer token's place in the
 //! headers; and the §1 reply, built from the plugin's answer and what the host
 //! observed itself.

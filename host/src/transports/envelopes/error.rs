@@ -1,5 +1,5 @@
 //! [`EnvelopesError`]: everything that can refuse an envelope, by its code in
-//! `agora-signed-envelopes.md` §5, and [`Service::refuse`], the one place it
+//! the Agora envelope specification §5, and [`Service::refuse`], the one place it
 //! becomes the wire's signed ERROR envelope (§4's `code`, `message` and,
 //! when it answers a REQUEST, `request_id`) and that code as HTTP status.
 

@@ -1,5 +1,5 @@
 //! What the signed-envelopes transport holds: the node's signing identity
-//! (every reply is signed, `agora-signed-envelopes.md` §2), the per-sender rate
+//! (every reply is signed, the Agora envelope specification §2), the per-sender rate
 //! table and the open-offer ledger ([`super::limits`]), and the cap on
 //! envelopes in flight. Replay claims, offers and task states live in the
 //! node's store, written by [`super::flow`] and the checks in `mod.rs`; on the

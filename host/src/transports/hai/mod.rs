@@ -1,4 +1,4 @@
-//! The HAI protocol (`hai-protocol.md`): human chat over a WebSocket at
+//! The HAI protocol (the AGORA HAI Protocol Specification 1.0.0): human chat over a WebSocket at
 //! `hai.path` (§"Connection"), with streaming answers, tool lifecycle frames and
 //! human approval of risky tools, plus the browser client (§"Implementation
 //! Guide") served at `/`.

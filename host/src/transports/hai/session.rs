@@ -1,4 +1,4 @@
-//! Live sessions (`hai-protocol.md` §"Session Management"): one fan-out
+//! Live sessions (the HAI specification §"Session Management"): one fan-out
 //! group per `session_id`, so every connection on a session sees its frames;
 //! how the session asks its humans to approve a tool (§5–6; the wait itself is
 //! [`crate::runtime::approval`]'s); the rate of messages per session; and the

@@ -1,4 +1,4 @@
-//! One answer to one `user_message` (`hai-protocol.md` §"Conversation Flows"):
+//! One answer to one `user_message` (the HAI specification §"Conversation Flows"):
 //! `status: thinking` → the plugin's `routing` / the host's `executing_tools`,
 //! `tool_call`s and `tool_approval_request`s → `assistant_message_chunk`s
 //! sharing one `message_id`, the last `is_final` (or one `assistant_message`

@@ -1,4 +1,4 @@
-//! The frames of `hai-protocol.md` §"Message Types", exactly as the spec names
+//! The frames of the HAI specification §"Message Types", exactly as the spec names
 //! their fields, and the validation of the two a client may send (§1, §6).
 //! Everything a client sends is checked here before anything else looks at it.
 

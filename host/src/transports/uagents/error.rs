@@ -1,5 +1,5 @@
 //! [`SubmitError`]: why an envelope was not accepted, and the one place it
-//! becomes the uagents 0.26.1 reply to `POST /submit` (`uagents-exchange.txt`,
+//! becomes the uagents 0.26.1 reply to `POST /submit` (the uAgents Exchange protocol,
 //! "Endpoints"): `{"error": …}` with uagents' own wording and its status.
 //! A plugin's failure is not one of these: the envelope was accepted, and the
 //! sender hears of it as an `ErrorMessage` ([`super::wire::error_message`]).

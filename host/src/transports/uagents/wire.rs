@@ -1,4 +1,4 @@
-//! The messages of `uagents-exchange.txt` ("Envelopes"), as uagents 0.26.1
+//! The messages of the uAgents Exchange protocol ("Envelopes"), as uagents 0.26.1
 //! writes them: what the node accepts of an envelope beyond its signature
 //! (the digest policy in the module doc), the reply a plugin's answer becomes
 //! (its model, `ErrorMessage` for a failure), the protocol digest a plugin
