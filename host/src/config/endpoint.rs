@@ -10,7 +10,6 @@ use super::{ConfigError, invalid, parse_listen};
 macro_rules! endpoint_of {
     ($section:literal, $config:expr) => {
         $crate::config::Endpoint {
-            section: $section,
             enabled: $config.enabled,
             listen: (concat!($section, ".listen"), &$config.listen),
             path: Some((concat!($section, ".path"), &$config.path)),
@@ -18,7 +17,6 @@ macro_rules! endpoint_of {
     };
     ($section:literal, $config:expr, fixed_paths) => {
         $crate::config::Endpoint {
-            section: $section,
             enabled: $config.enabled,
             listen: (concat!($section, ".listen"), &$config.listen),
             path: None,
@@ -30,8 +28,6 @@ pub(super) use endpoint_of;
 /// One transport's place on the node, read from its section.
 #[derive(Debug, Clone, Copy)]
 pub struct Endpoint<'a> {
-    /// The section's name (`agora`), the prefix of its keys.
-    pub section: &'static str,
     pub enabled: bool,
     /// Its own listener (its key, its value); an empty value shares the node's `listen`.
     pub listen: (&'static str, &'a str),

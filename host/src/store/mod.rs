@@ -435,23 +435,24 @@ impl Store {
 
     /// Append to the history of `id` (a conversation or session), refused with
     /// [`StoreError::Limit`] when the history holds `max_entries` entries or the
-    /// entry would take it past the byte quota.
+    /// entry would take it past the byte quota. The answer is the entry's
+    /// stored size, for a transport that charges it to a quota.
     pub async fn append_history<T: Serialize + ?Sized>(
         &self,
         id: &str,
         entry: &T,
         max_entries: usize,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let bytes = encode(entry)?;
         self.backend
             .append_history(id, &bytes, max_entries as u64, self.max_history_bytes)
-            .await
+            .await?;
+        Ok(bytes.len())
     }
 
     /// Append one entry in the shape plugins read back from `host::history()`
     /// (`{"role", "body", "at"}`, `at` in ms): every transport's history is
-    /// this one shape. Bounded as [`Store::append_history`]; the answer is the
-    /// entry's stored size, for a transport that charges it to a quota.
+    /// this one shape. Bounded and answered as [`Store::append_history`].
     pub async fn append_entry(
         &self,
         id: &str,
@@ -470,12 +471,7 @@ impl Store {
             body,
             at: now_ms(),
         };
-        let bytes = encode(&entry)?;
-        let size = bytes.len();
-        self.backend
-            .append_history(id, &bytes, max_entries as u64, self.max_history_bytes)
-            .await?;
-        Ok(size)
+        self.append_history(id, &entry, max_entries).await
     }
 
     /// Entries of `id` after sequence number `after` (from the start when

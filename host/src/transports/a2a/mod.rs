@@ -147,7 +147,8 @@ async fn rpc(
         Err(Refused { id, fault }) => return reply_error(&id, fault.into()),
     };
     if !METHODS.contains(&method.as_str()) {
-        return reply_error(&id, Fault::MethodNotFound(truncate(&method)).into());
+        // `jsonrpc::parse` already bounded the name.
+        return reply_error(&id, Fault::MethodNotFound(method).into());
     }
     if let Err(error) = check_version(&headers) {
         return reply_error(&id, error);
