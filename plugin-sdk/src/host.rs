@@ -123,6 +123,14 @@ pub fn outbound_a2a<T: Serialize + ?Sized>(url: &str, body: &T) -> Result<String
     raw::outbound_a2a(url, &encode_text(body)?).map_err(HostError::from_outbound)
 }
 
+/// The protocol of the client this call serves: `"agora"`, `"envelope"`,
+/// `"uagents"`, `"arena"`, `"hai"`, `"a2a"` (an A2A 1.0 client, whose
+/// messages arrive as [`Transport::Hai`]) or `"mcp"` (a tool an MCP client
+/// called); `None` for the node's own calls (the manifest, schedules).
+pub fn caller_transport() -> Option<String> {
+    raw::caller_transport()
+}
+
 /// This plugin's setting `key`: `[plugins.NAME.config]` in the node's
 /// configuration, else a secret of `[plugins.NAME.secrets]`; `None` when
 /// neither has it. The node redacts any secret read here from what it prints

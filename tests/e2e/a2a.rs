@@ -621,6 +621,17 @@ fn an_oversized_body_gets_413_while_the_client_still_sends() {
     assert_completed(&send_raw(&node, "after the big ones", None));
 }
 
+/// A plugin tells an A2A client from HAI's person by `caller-transport`
+/// (its message's `transport` is `hai` for both: the WIT enum has no `a2a`).
+#[test]
+fn the_plugin_sees_an_a2a_caller_as_a2a() {
+    let node = node();
+    let task = send_raw(&node, "which protocol do I reach you over?", None);
+    assert_completed(&task);
+    let answer = text(&task["artifacts"][0]["parts"][0]["text"]);
+    assert_eq!(answer, "You reach me over A2A.", "{task}");
+}
+
 #[test]
 fn tasks_persist_across_a_restart() {
     let data = tempfile::tempdir().unwrap();

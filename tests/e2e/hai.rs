@@ -497,6 +497,16 @@ async fn flow4_moderation_refuses_a_message_and_the_rephrased_one_is_answered() 
 }
 
 #[tokio::test]
+async fn the_plugin_sees_a_hai_caller_as_hai() {
+    let node = node();
+    let session = session_id("protocol");
+    let mut client = Client::connect(&node).await;
+    client.say(&session, "which protocol do I reach you over?").await;
+    let text = streamed_text(&client.turn().await);
+    assert_eq!(text, "You reach me over the HAI chat.");
+}
+
+#[tokio::test]
 async fn bad_frames_get_error_frames_and_the_connection_stays_usable() {
     let node = node();
     let session = session_id("bad");

@@ -112,7 +112,8 @@ impl From<vocab::TransportKind> for Transport {
             vocab::TransportKind::Hai => Transport::Hai,
             // The WIT enum has no `a2a` case, and adding one would stop every plugin
             // built before it from loading (a component's enum must match the host's
-            // case for case). An A2A client talks to the assistant as HAI's person does.
+            // case for case). An A2A client talks to the assistant as HAI's person does;
+            // a plugin that must tell them apart asks `caller-transport`, which says `a2a`.
             vocab::TransportKind::A2a => Transport::Hai,
         }
     }

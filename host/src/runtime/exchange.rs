@@ -29,6 +29,9 @@ pub struct Exchange {
     pub approver: Option<Arc<dyn Approver>>,
     /// The caller it serves; `None` for the node's own calls (schedules, loading).
     pub caller: Option<Caller>,
+    /// The protocol of the client it serves, as `caller-transport` names it to
+    /// plugins: the caller's, else the message's ([`super::Runtime::invoke`]).
+    pub caller_transport: Option<&'static str>,
     /// How long `emit` waits for a slow consumer before failing the emit.
     pub emit_timeout: Option<Duration>,
     pub(crate) tool_depth: u32,
@@ -56,6 +59,7 @@ impl Exchange {
     }
 
     pub fn with_caller(mut self, transport: &'static str, client: impl Into<String>) -> Exchange {
+        self.caller_transport = Some(transport);
         self.caller = Some(Caller {
             transport,
             client: client.into(),
@@ -98,6 +102,7 @@ impl Exchange {
             history_id: None,
             approver: self.approver.clone(),
             caller: self.caller.clone(),
+            caller_transport: self.caller_transport,
             emit_timeout: self.emit_timeout,
             tool_depth: self.tool_depth + 1,
         }

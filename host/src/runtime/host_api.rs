@@ -179,6 +179,10 @@ impl host::Host for PluginState {
             .await
     }
 
+    async fn caller_transport(&mut self) -> Option<String> {
+        self.exchange.caller_transport.map(str::to_string)
+    }
+
     async fn config_get(&mut self, key: String) -> Result<Option<String>, String> {
         if &*self.plugin_name == super::loader::LOADING {
             return Err("settings are not available until the manifest names the plugin".into());

@@ -84,8 +84,9 @@ impl Runtime {
         &self,
         plugin: &Arc<LoadedPlugin>,
         call: Call,
-        exchange: Exchange,
+        mut exchange: Exchange,
     ) -> Result<String, InvokeError> {
+        exchange.caller_transport.get_or_insert(call.transport.as_str());
         let message = bindings::Message {
             transport: call.transport.into(),
             phase: call.phase.into(),

@@ -322,6 +322,16 @@ export function outboundA2a(url, body) {
 }
 
 /**
+ * The protocol of the client this call serves: "agora", "envelope", "uagents", "arena", "hai",
+ * "a2a" (an A2A 1.0 client, whose messages arrive as transport "hai") or "mcp" (a tool an MCP
+ * client called); undefined for the node's own calls (the manifest, schedules).
+ * @returns {string | undefined}
+ */
+export function callerTransport() {
+  return raw.callerTransport();
+}
+
+/**
  * This plugin's setting `key`: `[plugins.NAME.config]` in the node's configuration, else a
  * secret of `[plugins.NAME.secrets]`; undefined when neither has it. A secret whose source
  * cannot be read throws a "settings" HostError naming the source. The node redacts any secret

@@ -325,6 +325,13 @@ def outbound_a2a(url: str, body: Any) -> str:
     return _checked(lambda: host.outbound_a2a(url, _encode(body)), _outbound_error)
 
 
+def caller_transport() -> Optional[str]:
+    """The protocol of the client this call serves: "agora", "envelope", "uagents", "arena", "hai",
+    "a2a" (an A2A 1.0 client, whose messages arrive as Transport.HAI) or "mcp" (a tool an MCP client
+    called); None for the node's own calls (the manifest, schedules)."""
+    return host.caller_transport()
+
+
 def config_get(key: str) -> Optional[str]:
     """This plugin's setting `key`: `[plugins.NAME.config]` in the node's
     configuration, else a secret of `[plugins.NAME.secrets]`; None when neither

@@ -4,7 +4,9 @@
 //! - "search …": the low-risk tool `search_regulations`, answered with its result;
 //! - "report …": the high-risk tool `generate_inspection_report`, which the host
 //!   only runs once a human approves; a rejection is answered with its feedback;
-//! - "what did I say first?": the session's first user message, from `host::history()`.
+//! - "what did I say first?": the session's first user message, from `host::history()`;
+//! - "which protocol …?": the protocol the asker reaches it over, from
+//!   `host::caller_transport()` (an A2A client's messages arrive as HAI's do).
 //!
 //! With a language model configured (`[llm]` in the node's configuration) every
 //! message goes to the model instead, with the session's history and every
@@ -58,6 +60,8 @@ impl Plugin for Assistant {
         let lower = body.content.to_lowercase();
         let answer = if lower.contains("what did i say first") {
             recall_first()?
+        } else if lower.contains("which protocol") {
+            protocol_named()
         } else if lower.contains("report") {
             report(&body.content)
         } else if lower.contains("search") {
@@ -116,6 +120,16 @@ fn recall_first() -> Result<String, HostError> {
         Some(first) => format!("The first thing you said in this session was {}.", quote(&first)),
         None => "I have no earlier messages from you in this session.".to_string(),
     })
+}
+
+fn protocol_named() -> String {
+    let protocol = match host::caller_transport().as_deref() {
+        Some("a2a") => "A2A",
+        Some("hai") => "the HAI chat",
+        Some(other) => return format!("You reach me over {other}."),
+        None => "no protocol: the node itself is asking",
+    };
+    format!("You reach me over {protocol}.")
 }
 
 /// The words after "search" (and a leading "for"/"about"), without closing punctuation.

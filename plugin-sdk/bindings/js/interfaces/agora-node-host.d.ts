@@ -48,6 +48,16 @@ declare module 'agora:node/host@0.1.0' {
    */
   export function outboundA2a(url: string, body: string): string;
   /**
+   * The protocol of the client this call serves, by name: `agora`, `envelope`,
+   * `uagents`, `arena` or `hai` as `message.transport` names them, `a2a` for
+   * an A2A 1.0 client (whose messages `message.transport` reports as `hai`,
+   * the nearest case 0.1.0 has), or `mcp` for a tool an MCP client called. A
+   * tool called from a call sees that call's. None for the node's own calls:
+   * the manifest, `capabilities` and schedules. A function rather than a
+   * `transport` case, so plugins built before it keep loading.
+   */
+  export function callerTransport(): string | undefined;
+  /**
    * A value of this plugin's settings: `[plugins.NAME.config]` in the node's
    * configuration, else `[plugins.NAME.secrets]` (each secret read from the
    * environment variable or file the operator named). None when neither has

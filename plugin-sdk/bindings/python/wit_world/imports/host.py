@@ -99,6 +99,17 @@ def outbound_a2a(url: str, body: str) -> str:
     Raises: `componentize_py_types.Err(wit_world.imports.str)`
     """
     raise NotImplementedError
+def caller_transport() -> Optional[str]:
+    """
+    The protocol of the client this call serves, by name: `agora`, `envelope`,
+    `uagents`, `arena` or `hai` as `message.transport` names them, `a2a` for
+    an A2A 1.0 client (whose messages `message.transport` reports as `hai`,
+    the nearest case 0.1.0 has), or `mcp` for a tool an MCP client called. A
+    tool called from a call sees that call's. None for the node's own calls:
+    the manifest, `capabilities` and schedules. A function rather than a
+    `transport` case, so plugins built before it keep loading.
+    """
+    raise NotImplementedError
 def config_get(key: str) -> Optional[str]:
     """
     A value of this plugin's settings: `[plugins.NAME.config]` in the node's
