@@ -1,13 +1,19 @@
 //! The node's background tasks — sweepers, fleet listeners, key refreshers,
-//! stream senders — owned in one place, so shutdown can end them all.
+//! stream senders, the Almanac registration, schedule runs — and the work a
+//! request starts that outlives its response (an A2A task's run, a HAI turn),
+//! owned in one place, so shutdown can end them all.
 //!
 //! A task spawned bare with `tokio::spawn` outlives whatever started it:
 //! at shutdown it may still be writing to a store being flushed, or keep a
 //! test's process busy. Each task spawned through [`Background`] instead
 //! ends at the first of its own end and [`Background::stop`], which waits
 //! for all of them within the time it is given (the node's drain deadline).
-//! Work a request starts and its response owns (a task run, a stream) is
-//! not background: it ends with its request.
+//! The node stops them only after its requests have drained, so a plugin call
+//! still running then is cut at its next await: its instance is dropped, and
+//! what it was for says so (an A2A task left working reads as failed, from
+//! the store, after a restart; a HAI turn's socket has closed already).
+//! Work a response owns (a stream's feeder, a WebSocket's writer) is not
+//! here: it ends with its response.
 
 use std::future::Future;
 use std::time::Duration;
@@ -29,14 +35,19 @@ impl Background {
 
     /// Run `task` until it ends or the node stops, whichever comes first;
     /// `name` says which task in the log when one has to be stopped.
-    pub fn spawn(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    /// The handle only to end it sooner (`abort`); dropping it leaves the task running.
+    pub fn spawn(
+        &self,
+        name: &'static str,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         let stopping = self.stopping.clone();
         self.tracker.spawn(async move {
             tokio::select! {
                 () = task => {}
                 () = stopping.cancelled() => tracing::debug!(task = name, "background task stopped"),
             }
-        });
+        })
     }
 
     /// Stop every task and wait up to `within` for them to end; `false` when

@@ -632,6 +632,28 @@ fn the_plugin_sees_an_a2a_caller_as_a2a() {
     assert_eq!(answer, "You reach me over A2A.", "{task}");
 }
 
+/// A task's run outlives the request that started it, so the node owns it:
+/// shutdown stops a run still waiting on its approval with the node's other
+/// tasks, within the grace period, instead of leaving it to the process's exit.
+#[test]
+fn shutdown_stops_a_task_run_still_waiting() {
+    let node = builder()
+        .env("RUST_LOG", "info,agora_node::background=debug")
+        .start();
+    let parked = send_raw(&node, "generate the report for INS-2024-001", None);
+    assert_eq!(parked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{parked}");
+    node.signal_stop();
+    node.wait_for_log("background tasks stopped");
+    let log = node.log_text();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("background task stopped") && line.contains("a2a.task_run")),
+        "{log}"
+    );
+    assert!(!log.contains("background tasks still running"), "{log}");
+    assert!(node.stop().success());
+}
+
 #[test]
 fn tasks_persist_across_a_restart() {
     let data = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive, check_origins, invalid};
+use super::{Config, ConfigError, Endpoint, all_positive, check_origins, invalid};
 
 /// Agent2Agent 1.0 (JSON-RPC binding); `config/agora.toml` explains each key.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ impl A2aConfig {
         endpoint_of!("a2a", self)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
         check_origins("a2a.allowed_origins", &self.allowed_origins)?;
         all_positive(&[

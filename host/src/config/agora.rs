@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive};
+use super::{Config, ConfigError, Endpoint, all_positive};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,7 +40,7 @@ impl AgoraConfig {
         endpoint_of!("agora", self)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
         all_positive(&[
             ("agora.conversation_ttl_secs", self.conversation_ttl_secs),

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive, invalid};
+use super::{Config, ConfigError, Endpoint, all_positive, invalid};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +37,7 @@ impl ArenaConfig {
     }
 
     /// The arena keys that cannot work as given.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
         all_positive(&[
             ("arena.max_concurrent", self.max_concurrent as u64),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive};
+use super::{Config, ConfigError, Endpoint, all_positive};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,7 +48,7 @@ impl EnvelopesConfig {
         endpoint_of!("envelopes", self)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
         all_positive(&[
             ("envelopes.max_skew_secs", self.max_skew_secs),

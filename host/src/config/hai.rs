@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive, check_origins};
+use super::{Config, ConfigError, Endpoint, all_positive, check_origins};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,7 +52,7 @@ impl HaiConfig {
         endpoint_of!("hai", self)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
         check_origins("hai.allowed_origins", &self.allowed_origins)?;
         all_positive(&[

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, all_positive, invalid};
+use super::{Config, ConfigError, all_positive, invalid};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +33,7 @@ pub struct HttpConfig {
 }
 
 impl HttpConfig {
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         all_positive(&[
             ("http.max_body_bytes", self.max_body_bytes as u64),
             ("http.header_timeout_ms", self.header_timeout_ms),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::{ConfigError, all_positive, invalid, is_http_url};
+use super::{Config, ConfigError, all_positive, invalid, is_http_url};
 
 /// `[llm]`: an OpenAI-compatible chat-completions provider (`/v1/chat/completions`
 /// with SSE streaming and tools), and any named ones in `[llm.providers.NAME]`.
@@ -60,7 +60,7 @@ impl LlmConfig {
         }
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         let defaults = std::iter::once((
             "llm.base_url",
             "llm.model",

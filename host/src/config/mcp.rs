@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive, check_origins, invalid, parse_listen};
+use super::{Config, ConfigError, Endpoint, all_positive, check_origins, invalid, parse_listen};
 
 /// The Model Context Protocol: the node's tools served over Streamable HTTP, and
 /// the MCP servers plugins may call; `config/agora.toml` explains each key.
@@ -55,8 +55,8 @@ impl McpConfig {
         endpoint_of!("mcp", self)
     }
 
-    /// `main_listen`: the node's own `listen`, which MCP shares when it has none.
-    pub(super) fn validate(&self, main_listen: &str) -> Result<(), ConfigError> {
+    /// `node.listen` counts: MCP shares it when it has a listener of none of its own.
+    pub(super) fn validate(&self, node: &Config) -> Result<(), ConfigError> {
         let mcp = self;
         self.endpoint().validate()?;
         check_origins("mcp.allowed_origins", &self.allowed_origins)?;
@@ -70,7 +70,7 @@ impl McpConfig {
         ])?;
         if mcp.enabled && mcp.token.is_empty() && !mcp.allow_anonymous {
             let (key, listen) = if mcp.listen.is_empty() {
-                ("listen", main_listen)
+                ("listen", node.listen.as_str())
             } else {
                 ("mcp.listen", mcp.listen.as_str())
             };

@@ -3,9 +3,9 @@
 //! command-line flags. Every key and its default is documented in
 //! `config/agora.toml`; a bad value stops start-up with the key named.
 //!
-//! One file per section, each with its own `validate()`; this module holds
-//! the layering, the rules that span sections, and the checks every section
-//! shares. A transport's section also gives its [`Endpoint`] (enabled,
+//! One file per section, each with its own `validate()`, listed once in
+//! `sections!`; this module holds the layering, the rules that span sections,
+//! and the checks every section shares. A transport's section also gives its [`Endpoint`] (enabled,
 //! listen, path), which `crate::transports::TRANSPORTS` mounts.
 
 mod a2a;
@@ -87,30 +87,48 @@ fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    /// The shared HTTP listener for every transport without its own.
-    pub listen: String,
-    /// Folder for sled state, the compile cache and (by default) plugins.
-    pub data_dir: PathBuf,
-    pub log_format: LogFormat,
-    pub log_level: String,
-    pub plugins: PluginsConfig,
-    pub http: HttpConfig,
-    pub tools: ToolsConfig,
-    pub outbound: OutboundConfig,
-    pub store: StoreConfig,
-    pub identity: IdentityConfig,
-    pub agora: AgoraConfig,
-    pub envelopes: EnvelopesConfig,
-    pub uagents: UagentsConfig,
-    pub arena: ArenaConfig,
-    pub hai: HaiConfig,
-    pub a2a: A2aConfig,
-    pub mcp: McpConfig,
-    pub llm: LlmConfig,
-    pub tls: TlsConfig,
+/// The sections of the configuration, one `[name]` table each: one line here
+/// makes the field, and has [`Config::validate`] run the section's own
+/// `validate(&self, node: &Config)` (in its file), in this order.
+macro_rules! sections {
+    ($($name:ident: $section:ty,)*) => {
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Config {
+            /// The shared HTTP listener for every transport without its own.
+            pub listen: String,
+            /// Folder for sled state, the compile cache and (by default) plugins.
+            pub data_dir: PathBuf,
+            pub log_format: LogFormat,
+            pub log_level: String,
+            $(pub $name: $section,)*
+        }
+
+        impl Config {
+            fn validate_sections(&self) -> Result<(), ConfigError> {
+                $(self.$name.validate(self)?;)*
+                Ok(())
+            }
+        }
+    };
+}
+
+sections! {
+    plugins: PluginsConfig,
+    http: HttpConfig,
+    tools: ToolsConfig,
+    outbound: OutboundConfig,
+    store: StoreConfig,
+    identity: IdentityConfig,
+    agora: AgoraConfig,
+    envelopes: EnvelopesConfig,
+    uagents: UagentsConfig,
+    arena: ArenaConfig,
+    hai: HaiConfig,
+    a2a: A2aConfig,
+    mcp: McpConfig,
+    llm: LlmConfig,
+    tls: TlsConfig,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -195,19 +213,7 @@ impl Config {
     /// Every section's own rules, then those that span sections.
     fn validate(&self) -> Result<(), ConfigError> {
         parse_listen("listen", &self.listen)?;
-        self.plugins.validate()?;
-        self.http.validate()?;
-        self.tools.validate()?;
-        self.store.validate()?;
-        self.llm.validate()?;
-        self.tls.validate()?;
-        self.agora.validate()?;
-        self.envelopes.validate()?;
-        self.uagents.validate()?;
-        self.arena.validate()?;
-        self.hai.validate()?;
-        self.a2a.validate()?;
-        self.mcp.validate(&self.listen)?;
+        self.validate_sections()?;
         if self.arena.path == self.agora.path && self.arena.listen == self.agora.listen {
             return Err(invalid(
                 "arena.path",
@@ -306,6 +312,14 @@ mod tests {
         with("listen = \"0.0.0.0:8080\"\n[mcp]\nlisten = \"127.0.0.1:8081\"").unwrap();
         let refused = with("[mcp]\nlisten = \"[::]:8081\"").unwrap_err().to_string();
         assert!(refused.contains("mcp.token"), "{refused}");
+    }
+
+    #[test]
+    fn every_section_is_validated_including_outbound() {
+        for key in ["timeout_ms", "max_response_bytes"] {
+            let refused = with(&format!("[outbound]\n{key} = 0")).unwrap_err().to_string();
+            assert!(refused.contains(&format!("`outbound.{key}`")), "{refused}");
+        }
     }
 
     #[test]

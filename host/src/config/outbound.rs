@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{Config, ConfigError, all_positive};
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboundConfig {
@@ -14,4 +16,15 @@ pub struct OutboundConfig {
     pub allowed_private: Vec<String>,
     pub timeout_ms: u64,
     pub max_response_bytes: usize,
+}
+
+impl OutboundConfig {
+    /// An empty allow-list is valid (the node calls nowhere); a call that may
+    /// take no time or read no byte is not.
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
+        all_positive(&[
+            ("outbound.timeout_ms", self.timeout_ms),
+            ("outbound.max_response_bytes", self.max_response_bytes as u64),
+        ])
+    }
 }

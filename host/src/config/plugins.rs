@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{ConfigError, all_positive, invalid};
+use super::{Config, ConfigError, all_positive, invalid};
 
 /// `[plugins]`: the runtime's bounds, and each plugin's own settings as
 /// `[plugins.NAME.config]` and `[plugins.NAME.secrets]`. Unknown keys are not
@@ -128,7 +128,7 @@ impl PluginsConfig {
     }
 
     /// The runtime's bounds that cannot work as given, and each plugin's secrets.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         all_positive(&[
             ("plugins.max_memory_mb", self.max_memory_mb),
             ("plugins.call_timeout_ms", self.call_timeout_ms),

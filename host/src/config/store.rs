@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use super::{ConfigError, all_positive, invalid};
+use super::{Config, ConfigError, all_positive, invalid};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,7 +48,7 @@ pub enum StoreBackend {
 }
 
 impl StoreConfig {
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         all_positive(&[
             ("store.max_history_bytes", self.max_history_bytes),
             ("store.max_claims_in_memory", self.max_claims_in_memory as u64),
@@ -77,4 +77,11 @@ impl StoreConfig {
 pub struct IdentityConfig {
     /// Ed25519 key file (`agora-node keygen`); empty means `{data_dir}/node.key`, created on first start.
     pub key_file: PathBuf,
+}
+
+impl IdentityConfig {
+    /// Any path: a missing file is created on first start, an unreadable one stops it there.
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
+        Ok(())
+    }
 }

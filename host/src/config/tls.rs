@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use super::{ConfigError, invalid};
+use super::{Config, ConfigError, invalid};
 
 /// TLS for every listener (inbound) and extra trust roots for every outbound call.
 ///
@@ -27,7 +27,7 @@ impl TlsConfig {
         !self.cert_file.as_os_str().is_empty()
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         if self.cert_file.as_os_str().is_empty() != self.key_file.as_os_str().is_empty() {
             return Err(invalid(
                 "tls.cert_file",

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, all_positive, invalid};
+use super::{Config, ConfigError, all_positive, invalid};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,7 +18,7 @@ pub struct ToolsConfig {
 }
 
 impl ToolsConfig {
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         all_positive(&[
             (
                 "tools.max_waiting_approvals_per_client",

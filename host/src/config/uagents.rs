@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::endpoint::endpoint_of;
-use super::{ConfigError, Endpoint, all_positive, invalid, is_http_url};
+use super::{Config, ConfigError, Endpoint, all_positive, invalid, is_http_url};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,7 +46,7 @@ impl UagentsConfig {
         endpoint_of!("uagents", self, fixed_paths)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
         for (address, url) in &self.peers {
             if !crate::crypto::uagents::looks_like_agent_address(address) {

@@ -96,7 +96,7 @@ impl Node {
         // meanwhile, `/health` saying "starting" with each plugin's progress.
         background.spawn("plugins.load", runtime.load_all());
         // Plugins' declared schedules, following every load and removal.
-        background.spawn("plugins.schedules", runtime.run_schedules());
+        background.spawn("plugins.schedules", runtime.run_schedules(background.clone()));
         let watcher = watcher::watch(runtime.clone())?;
         let browser = crate::policy::browser::BrowserPolicy::new(&config);
         if let Some(warning) = browser.open_names_warning() {

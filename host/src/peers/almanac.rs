@@ -133,46 +133,44 @@ pub async fn register(api: &str, attestation: &Value) -> Result<(), AlmanacError
 ///
 /// `protocols()` is `None` while the plugins are still loading at start-up: a
 /// registration then would tell peers the node speaks nothing.
-pub fn spawn_registration<F>(api: String, identity: Arc<AgentIdentity>, endpoint: String, protocols: F)
+pub async fn keep_registered<F>(api: String, identity: Arc<AgentIdentity>, endpoint: String, protocols: F)
 where
     F: Fn() -> Option<Vec<String>> + Send + 'static,
 {
-    tokio::spawn(async move {
-        let mut pause = RETRY_FIRST;
-        loop {
-            let registered = loop {
-                match protocols() {
-                    Some(digests) => break digests,
-                    None => tokio::time::sleep(DIGEST_CHECK).await,
-                }
-            };
-            let body = attestation(&identity, &endpoint, &registered, crate::store::now_ms() / 1000);
-            let wait = match register(&api, &body).await {
-                Ok(()) => {
-                    tracing::info!(transport = "uagents", %api, %endpoint, protocols = ?registered, "registered in the Almanac");
-                    pause = RETRY_FIRST;
-                    REGISTER_INTERVAL
-                }
-                Err(error) => {
-                    let wait = pause;
-                    tracing::warn!(transport = "uagents", %api, %error, retry_in_secs = wait.as_secs(), "Almanac registration failed; will retry");
-                    pause = (pause * 2).min(RETRY_MAX);
-                    wait
-                }
-            };
-            let due = Instant::now() + wait;
-            while Instant::now() < due {
-                tokio::time::sleep(DIGEST_CHECK.min(due - Instant::now())).await;
-                if protocols().is_some_and(|now| now != registered) {
-                    tracing::info!(
-                        transport = "uagents",
-                        "protocol digests changed; registering again"
-                    );
-                    break;
-                }
+    let mut pause = RETRY_FIRST;
+    loop {
+        let registered = loop {
+            match protocols() {
+                Some(digests) => break digests,
+                None => tokio::time::sleep(DIGEST_CHECK).await,
+            }
+        };
+        let body = attestation(&identity, &endpoint, &registered, crate::store::now_ms() / 1000);
+        let wait = match register(&api, &body).await {
+            Ok(()) => {
+                tracing::info!(transport = "uagents", %api, %endpoint, protocols = ?registered, "registered in the Almanac");
+                pause = RETRY_FIRST;
+                REGISTER_INTERVAL
+            }
+            Err(error) => {
+                let wait = pause;
+                tracing::warn!(transport = "uagents", %api, %error, retry_in_secs = wait.as_secs(), "Almanac registration failed; will retry");
+                pause = (pause * 2).min(RETRY_MAX);
+                wait
+            }
+        };
+        let due = Instant::now() + wait;
+        while Instant::now() < due {
+            tokio::time::sleep(DIGEST_CHECK.min(due - Instant::now())).await;
+            if protocols().is_some_and(|now| now != registered) {
+                tracing::info!(
+                    transport = "uagents",
+                    "protocol digests changed; registering again"
+                );
+                break;
             }
         }
-    });
+    }
 }
 
 struct Entry {

@@ -10,7 +10,7 @@
 //! never queued, so a slow plugin cannot pile up work. When a plugin is
 //! replaced or removed its timers stop at once; a run already going finishes
 //! on the version it started with (bounded by `plugins.call_timeout_ms`).
-//! The node's shutdown ends every timer with the runtime.
+//! Timers and runs are the node's [`Background`] tasks: shutdown ends them.
 //!
 //! A fleet on a shared store is one agent, so a tick runs once in the fleet,
 //! not once per node: due times are the same on every node (intervals fall on
@@ -29,6 +29,7 @@ use std::time::Duration;
 use super::bindings::agent::exports::agora::node::extensions::GuestIndices as AgentIndices;
 use super::exchange::Exchange;
 use super::{InvokeError, LoadedPlugin, Runtime, RuntimeInner, instance};
+use crate::background::Background;
 use crate::store::Collection;
 
 /// How long a fleet's claim on a tick is kept after its due time.
@@ -50,8 +51,9 @@ impl Drop for Timers {
 
 impl Runtime {
     /// Keep one timer per declared schedule of every loaded plugin, following
-    /// the registry as it changes; ends when the runtime is dropped.
-    pub fn run_schedules(&self) -> impl Future<Output = ()> + Send + 'static {
+    /// the registry as it changes; ends when the runtime is dropped. Timers and
+    /// runs are spawned on `background`.
+    pub fn run_schedules(&self, background: Background) -> impl Future<Output = ()> + Send + 'static {
         let mut changes = self.registry_changes();
         let runtime = Arc::downgrade(&self.inner);
         async move {
@@ -60,7 +62,7 @@ impl Runtime {
                 let Some(current) = Runtime::from_weak(&runtime) else {
                     return;
                 };
-                current.align_timers(&mut timers, &runtime);
+                current.align_timers(&mut timers, &runtime, &background);
                 if changes.changed().await.is_err() {
                     return;
                 }
@@ -69,7 +71,7 @@ impl Runtime {
     }
 
     /// Stop the timers of versions no longer loaded; start those of new ones.
-    fn align_timers(&self, timers: &mut Timers, runtime: &Weak<RuntimeInner>) {
+    fn align_timers(&self, timers: &mut Timers, runtime: &Weak<RuntimeInner>, background: &Background) {
         let registry = self.registry();
         let loaded: HashMap<_, _> = registry
             .plugins()
@@ -88,7 +90,10 @@ impl Runtime {
                 continue;
             }
             let tasks = (0..plugin.capabilities.schedules.len())
-                .map(|index| tokio::spawn(timer(runtime.clone(), plugin.clone(), index)))
+                .map(|index| {
+                    let timer = timer(runtime.clone(), plugin.clone(), index, background.clone());
+                    background.spawn("plugins.schedule_timer", timer)
+                })
                 .collect();
             tracing::info!(plugin = %plugin.manifest.name, schedules = ?plugin.capabilities.schedules.iter().map(|s| &s.name).collect::<Vec<_>>(), "schedules started");
             timers.running.insert(key, tasks);
@@ -151,7 +156,7 @@ impl Runtime {
 }
 
 /// The timer of one schedule: wait, run unless the previous run still goes, repeat.
-async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: usize) {
+async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: usize, background: Background) {
     let (Some(schedule), Some(agent)) = (plugin.capabilities.schedules.get(index), plugin.agent.clone())
     else {
         return;
@@ -176,7 +181,7 @@ async fn timer(runtime: Weak<RuntimeInner>, plugin: Arc<LoadedPlugin>, index: us
             agent.clone(),
             schedule.name.clone(),
         );
-        tokio::spawn(async move {
+        background.spawn("plugins.schedule_run", async move {
             let plugin_name = plugin.manifest.name.as_str();
             match runtime.claim_tick(plugin_name, &name, due).await {
                 Ok(true) => {}

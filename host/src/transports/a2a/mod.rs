@@ -441,7 +441,10 @@ impl Request {
         shared.node.store.commit().await?;
         let live = shared.insert_live(task, charge);
         let (snapshot, events) = live.watch();
-        tokio::spawn(run::run(shared.clone(), live, slot));
+        shared
+            .node
+            .background
+            .spawn("a2a.task_run", run::run(shared.clone(), live, slot));
         Ok(Progress::Here(Box::new(snapshot), events))
     }
 

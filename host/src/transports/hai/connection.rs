@@ -194,13 +194,8 @@ impl Connection {
         self.shared.hub.admit_message(&session)?;
         self.shared.moderate(&message.content)?;
         let queued = session.enqueue()?;
-        tokio::spawn(turn::run(
-            self.shared.clone(),
-            session,
-            self.origin.clone(),
-            message,
-            queued,
-        ));
+        let turn = turn::run(self.shared.clone(), session, self.origin.clone(), message, queued);
+        self.shared.node.background.spawn("hai.turn", turn);
         Ok(())
     }
 

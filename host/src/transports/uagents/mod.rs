@@ -102,12 +102,13 @@ pub fn router(state: NodeState) -> Router {
     let almanac = (!api.is_empty()).then(|| Arc::new(almanac::Resolver::new(api)));
     if let (false, Some(identity)) = (api.is_empty(), &identity) {
         let node = state.clone();
-        almanac::spawn_registration(
+        let registration = almanac::keep_registered(
             api.clone(),
             identity.clone(),
             advertised_endpoint(&state.config),
             move || (!node.runtime.is_starting()).then(|| protocol_digests(&node)),
         );
+        state.background.spawn("almanac.register", registration);
     }
     Router::new()
         .route("/submit", post(submit).head(readiness).get(running))
