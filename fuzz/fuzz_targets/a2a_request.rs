@@ -8,6 +8,7 @@
 //! what it accepted.
 #![no_main]
 
+use agora_node::models::a2a::Message;
 use agora_node::transports::a2a::wire::{
     self, GetTaskRequest, ListTasksRequest, MessageLimits, SendMessageRequest, TaskIdRequest,
 };
@@ -43,6 +44,6 @@ fuzz_target!(|data: &[u8]| {
             .count();
         assert_eq!(contents, 1, "{part}");
     }
-    let read_back: wire::Message = serde_json::from_value(written).expect("what the node writes reads back");
+    let read_back: Message = serde_json::from_value(written).expect("what the node writes reads back");
     assert_eq!(read_back, message);
 });

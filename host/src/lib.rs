@@ -15,7 +15,7 @@
 //!
 //! | layer | modules | may use | what |
 //! |---|---|---|---|
-//! | 0 | `vocab`, `logging`, `jsonrpc`, `background` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields; JSON-RPC 2.0 for every protocol on it; the node's background tasks |
+//! | 0 | `vocab`, `logging`, `jsonrpc`, `background`, `models` | — | the shared words: transport kind, phase, risk, call, invoke errors; one-line human log fields; JSON-RPC 2.0 for every protocol on it; the node's background tasks; one model of each protocol's objects for its servers and clients |
 //! | 1 | `crypto` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT |
 //! | 2 | `config` | 0–1 | layered configuration and its validation |
 //! | 3 | `store`, `metrics` | 0–2 | durable state in sled; Prometheus metrics |
@@ -40,6 +40,7 @@ pub mod jsonrpc;
 pub mod listener;
 pub mod logging;
 pub mod metrics;
+pub mod models;
 pub mod node;
 pub mod peers;
 pub mod policy;

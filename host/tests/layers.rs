@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// one sits lower than the rest, that part's path (`node::state`); a file or a
 /// path belongs to the longest entry that is a prefix of it.
 const LAYERS: &[&[&str]] = &[
-    &["vocab", "logging", "jsonrpc", "background"],
+    &["vocab", "logging", "jsonrpc", "background", "models"],
     &["crypto"],
     &["config"],
     &["store", "metrics"],

@@ -174,6 +174,7 @@ struct Session {
 }
 
 /// What one exchange ended with.
+#[allow(clippy::large_enum_variant)] // one per exchange; a box would buy nothing
 enum Outcome {
     Task(Task),
     Message(a2a::Message),
@@ -263,7 +264,7 @@ impl Session {
     fn finish(&self, outcome: &Outcome) -> ExitCode {
         let task = match outcome {
             Outcome::Message(message) => {
-                if let Some(context) = message.rest.get("contextId").and_then(Value::as_str) {
+                if let Some(context) = message.context_id.as_deref() {
                     println!("context: {context}");
                 }
                 return ExitCode::SUCCESS;

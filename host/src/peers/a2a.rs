@@ -12,18 +12,22 @@
 //! line and event bounded, with an idle limit between events instead of a
 //! total one: an agent may work long, but not silently forever.
 //!
-//! Only what the node reads is typed; everything else in a task is kept as
-//! JSON and written back out unchanged.
+//! The objects are the node's one A2A model ([`crate::models::a2a`]), read
+//! leniently: states, roles and members the node does not know are kept and
+//! written back out unchanged, so a plugin gets a peer's task as it was sent.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::http_client::{self, ClientError, StreamingResponse};
 use super::sse::{self, SseParser};
 use crate::jsonrpc::{self, ErrorObject};
+pub use crate::models::a2a::StreamResponse as StreamEvent;
+use crate::models::a2a::new_id;
+pub use crate::models::a2a::{AgentCard, AgentInterface, AgentSkill, Message, Part, Task, TaskState};
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// The protocol version this client speaks (sent as `A2A-Version`) and the node serves.
@@ -33,16 +37,6 @@ pub const VERSION_HEADER: &str = "a2a-version";
 pub const STATE_COMPLETED: &str = "TASK_STATE_COMPLETED";
 pub const STATE_INPUT_REQUIRED: &str = "TASK_STATE_INPUT_REQUIRED";
 pub const STATE_AUTH_REQUIRED: &str = "TASK_STATE_AUTH_REQUIRED";
-
-/// States after which the agent sends nothing more until the client speaks.
-const FINAL_STATES: [&str; 6] = [
-    STATE_COMPLETED,
-    "TASK_STATE_FAILED",
-    "TASK_STATE_CANCELED",
-    "TASK_STATE_REJECTED",
-    STATE_INPUT_REQUIRED,
-    STATE_AUTH_REQUIRED,
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum A2aClientError {
@@ -75,153 +69,15 @@ pub struct Limits {
     pub max_response_bytes: usize,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentCard {
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub supported_interfaces: Vec<AgentInterface>,
-    #[serde(default)]
-    pub capabilities: Value,
-    #[serde(default)]
-    pub skills: Vec<AgentSkill>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentInterface {
-    pub url: String,
-    #[serde(default)]
-    pub protocol_binding: String,
-    #[serde(default)]
-    pub protocol_version: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentSkill {
-    #[serde(default)]
-    pub id: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default)]
-    pub tags: Vec<String>,
-}
-
-impl AgentCard {
-    /// The first JSON-RPC interface speaking protocol 1.x.
-    pub fn jsonrpc_interface(&self) -> Option<&AgentInterface> {
-        self.supported_interfaces.iter().find(|interface| {
-            interface.protocol_binding.eq_ignore_ascii_case("JSONRPC")
-                && interface.protocol_version.split('.').next() == Some("1")
-        })
-    }
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Task {
-    #[serde(default)]
-    pub id: String,
-    #[serde(default)]
-    pub context_id: String,
-    pub status: TaskStatus,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub artifacts: Vec<Artifact>,
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskStatus {
-    #[serde(default)]
-    pub state: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<Message>,
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Message {
-    #[serde(default)]
-    pub parts: Vec<Part>,
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Part {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<Value>,
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Artifact {
-    #[serde(default)]
-    pub artifact_id: String,
-    #[serde(default)]
-    pub parts: Vec<Part>,
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StatusUpdate {
-    #[serde(default)]
-    pub task_id: String,
-    #[serde(default)]
-    pub context_id: String,
-    pub status: TaskStatus,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ArtifactUpdate {
-    #[serde(default)]
-    pub task_id: String,
-    #[serde(default)]
-    pub context_id: String,
-    pub artifact: Artifact,
-    #[serde(default)]
-    pub append: bool,
-    #[serde(default)]
-    pub last_chunk: bool,
-}
-
 /// What `SendMessage` returns: a task, or, from an agent that answers at
-/// once, a bare message.
+/// once, a bare message. One per call, moved on at once: a box for the
+/// larger task would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SendResult {
     Task(Task),
     Message(Message),
-}
-
-/// One event of `SendStreamingMessage`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum StreamEvent {
-    Task(Task),
-    Message(Message),
-    StatusUpdate(StatusUpdate),
-    ArtifactUpdate(ArtifactUpdate),
 }
 
 /// An approval the agent waits on (the data part Agora Node's A2A server
@@ -234,16 +90,9 @@ pub struct PendingApproval {
     pub details: Value,
 }
 
-impl Message {
-    /// The text parts, joined.
-    pub fn text(&self) -> String {
-        parts_text(&self.parts)
-    }
-}
-
 impl Task {
     pub fn is_final(&self) -> bool {
-        FINAL_STATES.contains(&self.status.state.as_str())
+        self.status.state.is_interrupted()
     }
 
     /// The artifacts' text, in order.
@@ -252,7 +101,7 @@ impl Task {
     }
 
     pub fn pending_approval(&self) -> Option<PendingApproval> {
-        if self.status.state != STATE_INPUT_REQUIRED {
+        if self.status.state != TaskState::InputRequired {
             return None;
         }
         let message = self.status.message.as_ref()?;
@@ -263,7 +112,7 @@ impl Task {
             .find(|data| data.get("approval_id").is_some_and(Value::is_string))?;
         Some(PendingApproval {
             approval_id: details["approval_id"].as_str().unwrap_or_default().to_string(),
-            question: message.text(),
+            question: parts_text(&message.parts),
             details: details.clone(),
         })
     }
@@ -311,7 +160,7 @@ fn parts_text(parts: &[Part]) -> String {
 /// A user message with `parts`, continuing `task_id` / `context_id` when given.
 pub fn user_message(parts: Vec<Value>, task_id: Option<&str>, context_id: Option<&str>) -> Value {
     let mut message = json!({
-        "messageId": uuid::Uuid::new_v4().to_string(),
+        "messageId": new_id(),
         "role": "ROLE_USER",
         "parts": parts,
     });
@@ -560,8 +409,7 @@ fn headers(accept: &'static str) -> [(&'static str, &'static str); 3] {
 }
 
 fn rpc_body(method: &str, params: Value) -> Vec<u8> {
-    let id = uuid::Uuid::new_v4().to_string();
-    jsonrpc::request(id, method, Some(params))
+    jsonrpc::request(new_id(), method, Some(params))
         .to_string()
         .into_bytes()
 }

@@ -8,8 +8,9 @@
 //! "JSONRPC"` and `protocolVersion: "1.0"`; non-empty default modes; every
 //! skill with non-empty `tags`.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::models::a2a::{AgentCard, AgentInterface, AgentSkill};
 use crate::node::state::NodeState;
 use crate::peers::a2a::VERSION as PROTOCOL_VERSION;
 use crate::runtime::Risk;
@@ -17,21 +18,27 @@ use crate::runtime::Risk;
 /// Media types the agent reads and writes: text, and JSON data parts (approvals).
 pub const MODES: [&str; 2] = ["text/plain", "application/json"];
 
-pub fn agent_card(node: &NodeState) -> Value {
+pub fn agent_card(node: &NodeState) -> AgentCard {
     let config = &node.config;
     let registry = node.runtime.registry();
     let threshold = Risk::parse(&config.tools.approval_threshold).unwrap_or(Risk::High);
+    let modes = || MODES.map(str::to_string).to_vec();
     let mut skills = Vec::new();
     if let Some(agent) = super::run::agent_plugin(node) {
         let manifest = &agent.manifest;
-        skills.push(json!({
-            "id": "assistant",
-            "name": manifest.name,
-            "description": if manifest.description.is_empty() { "The node's assistant" } else { manifest.description.as_str() },
-            "tags": ["assistant", "chat"],
-            "inputModes": MODES,
-            "outputModes": MODES,
-        }));
+        let description = if manifest.description.is_empty() {
+            "The node's assistant"
+        } else {
+            manifest.description.as_str()
+        };
+        skills.push(AgentSkill {
+            id: "assistant".into(),
+            name: manifest.name.clone(),
+            description: description.into(),
+            tags: vec!["assistant".into(), "chat".into()],
+            input_modes: modes(),
+            output_modes: modes(),
+        });
     }
     for plugin in registry.plugins() {
         for tool in &plugin.manifest.tools {
@@ -43,31 +50,33 @@ pub fn agent_card(node: &NodeState) -> Value {
             if tool.risk >= threshold {
                 tags.push("requires-approval".into());
             }
-            skills.push(json!({
-                "id": tool.name,
-                "name": tool.name,
-                "description": tool.description,
-                "tags": tags,
-            }));
+            skills.push(AgentSkill {
+                id: tool.name.clone(),
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                tags,
+                ..AgentSkill::default()
+            });
         }
     }
-    let mut card = json!({
-        "name": config.a2a.name,
-        "description": config.a2a.description,
-        "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [{
-            "url": endpoint(node),
-            "protocolBinding": "JSONRPC",
-            "protocolVersion": PROTOCOL_VERSION,
+    let mut card = AgentCard {
+        name: config.a2a.name.clone(),
+        description: config.a2a.description.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        supported_interfaces: vec![AgentInterface {
+            url: endpoint(node),
+            protocol_binding: "JSONRPC".into(),
+            protocol_version: PROTOCOL_VERSION.into(),
         }],
-        "capabilities": {"streaming": true, "pushNotifications": false},
-        "defaultInputModes": MODES,
-        "defaultOutputModes": MODES,
-        "skills": skills,
-    });
+        capabilities: json!({"streaming": true, "pushNotifications": false}),
+        default_input_modes: modes(),
+        default_output_modes: modes(),
+        skills,
+        ..AgentCard::default()
+    };
     if !config.a2a.auth_token.is_empty() {
-        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}});
-        card["securityRequirements"] = json!([{"schemes": {"bearer": {}}}]);
+        card.security_schemes = Some(json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}));
+        card.security_requirements = Some(json!([{"schemes": {"bearer": {}}}]));
     }
     card
 }

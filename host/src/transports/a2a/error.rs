@@ -10,7 +10,8 @@
 
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{self, Fault, code};
+use crate::jsonrpc::{self, Fault, Faults, code};
+use crate::models::a2a::Invalid;
 use crate::policy::browser::BrowserRefusal;
 use crate::runtime::InvokeError;
 use crate::store::StoreError;
@@ -115,6 +116,13 @@ impl From<StoreError> for A2aError {
             StoreError::Limit(detail) => A2aError::Busy(detail),
             other => A2aError::Internal(format!("storage failed: {other}")),
         }
+    }
+}
+
+/// What the strict read of the A2A model refuses is the client's params: `-32602`.
+impl From<Invalid> for A2aError {
+    fn from(error: Invalid) -> Self {
+        A2aError::invalid_params(error.to_string())
     }
 }
 

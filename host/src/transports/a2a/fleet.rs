@@ -24,13 +24,16 @@ use tokio::sync::broadcast::error::RecvError;
 use super::error::A2aError;
 use super::run;
 use super::state::{A2aState, Shared};
-use super::wire::{Message, Part, Task, TaskState};
+use crate::models::a2a::{Message, Part, Task, TaskState};
 use crate::store::FleetMessage;
 
 const TOPIC: &str = "a2a.task";
 /// How often a forwarding node reads the task back while it waits.
 const POLL: Duration = Duration::from_millis(25);
 
+/// What crosses the fleet bus, one at a time: a box for the larger variant
+/// would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Forwarded {
@@ -164,11 +167,9 @@ pub fn decision_only(message: &Message) -> Message {
         message_id: message.message_id.clone(),
         context_id: message.context_id.clone(),
         task_id: message.task_id.clone(),
-        role: message.role,
+        role: message.role.clone(),
         parts: vec![Part::data(serde_json::Value::Object(decision))],
-        metadata: None,
-        extensions: Vec::new(),
-        reference_task_ids: Vec::new(),
+        ..Message::default()
     }
 }
 

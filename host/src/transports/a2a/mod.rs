@@ -54,11 +54,12 @@ use tokio::sync::broadcast;
 
 use self::error::A2aError;
 use self::state::{A2aState, Shared, state_name};
-use self::wire::{
-    GetTaskRequest, ListTasksRequest, Message, MessageLimits, SendMessageRequest, StreamResponse, Task,
-    TaskIdRequest, TaskState, TaskStatus,
-};
+use self::wire::{GetTaskRequest, ListTasksRequest, MessageLimits, SendMessageRequest, TaskIdRequest};
 use crate::jsonrpc::{self, Dialect, Fault, Faults, Inbound, Refused};
+use crate::models::a2a::{
+    self as model, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
 use crate::node::state::NodeState;
 use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
 use crate::store::depth as json_depth;
@@ -341,7 +342,7 @@ impl Request {
         if let Some(live) = self.shared.live(&request.id) {
             let mut events = live
                 .cancel()
-                .map_err(|state| A2aError::TaskNotCancelable(state_name(state)))?;
+                .map_err(|state| A2aError::TaskNotCancelable(state_name(&state)))?;
             wait_for_state(&mut events, TaskState::is_terminal, CANCEL_WAIT).await;
             return Ok(Answer::Result(serde_json::to_value(
                 self.task(&request.id).await?,
@@ -349,7 +350,7 @@ impl Request {
         }
         let task = self.task(&request.id).await?;
         if task.status.state.is_terminal() {
-            return Err(A2aError::TaskNotCancelable(state_name(task.status.state)));
+            return Err(A2aError::TaskNotCancelable(state_name(&task.status.state)));
         }
         // Another node of the fleet runs it: ask that node, and read the end back.
         fleet::forward(
@@ -377,7 +378,7 @@ impl Request {
             return Err(A2aError::Unsupported(format!(
                 "task {} is {}; only a running task can be subscribed to",
                 task.id,
-                state_name(task.status.state)
+                state_name(&task.status.state)
             )));
         }
         // Another node of the fleet runs it.
@@ -400,13 +401,14 @@ impl Request {
     /// task's pending approval. Either way: the task, and its events from then.
     async fn start_or_resume(&self, mut message: Message) -> Result<Progress, A2aError> {
         wire::validate_message(&message, &self.limits())?;
+        message.forget_unknown();
         if let Some(task_id) = message.task_id.clone() {
             return self.resume(&task_id, message).await;
         }
         let shared = &self.shared;
         let slot = shared.reserve(self.client).await?;
-        let context_id = message.context_id.clone().unwrap_or_else(wire::new_id);
-        let task_id = wire::new_id();
+        let context_id = message.context_id.clone().unwrap_or_else(model::new_id);
+        let task_id = model::new_id();
         message.context_id = Some(context_id.clone());
         message.task_id = Some(task_id.clone());
         let task = Task {
@@ -415,11 +417,11 @@ impl Request {
             status: TaskStatus {
                 state: TaskState::Submitted,
                 message: None,
-                timestamp: wire::timestamp_now(),
+                timestamp: model::timestamp_now(),
+                ..TaskStatus::default()
             },
-            artifacts: Vec::new(),
             history: vec![message.clone()],
-            metadata: None,
+            ..Task::default()
         };
         // Charged first: a client past its stored-task bounds leaves nothing stored.
         let charge = shared.admit_stored(self.client, &task).await?;
@@ -469,7 +471,7 @@ impl Request {
         if task.status.state.is_terminal() {
             return Err(A2aError::Unsupported(format!(
                 "task {task_id} is {}; send a message without taskId (same contextId) to go on",
-                state_name(task.status.state)
+                state_name(&task.status.state)
             )));
         }
         message.context_id = Some(task.context_id.clone());
@@ -488,7 +490,7 @@ impl Request {
                 let Some(approval_id) = fleet::pending_approval(&task) else {
                     return Err(A2aError::invalid_params(format!(
                         "task {task_id} is not waiting for input (it is {})",
-                        state_name(task.status.state)
+                        state_name(&task.status.state)
                     )));
                 };
                 run::decision_of(&approval_id, decided.as_ref())?;
@@ -587,7 +589,7 @@ impl Request {
                 }
             };
             for artifact in &end.artifacts {
-                let update = StreamResponse::ArtifactUpdate(wire::TaskArtifactUpdateEvent {
+                let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
                     task_id: end.id.clone(),
                     context_id: end.context_id.clone(),
                     artifact: artifact.clone(),
@@ -598,7 +600,7 @@ impl Request {
                     return;
                 }
             }
-            let status = StreamResponse::StatusUpdate(wire::TaskStatusUpdateEvent {
+            let status = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: end.id.clone(),
                 context_id: end.context_id.clone(),
                 status: end.status.clone(),
@@ -666,7 +668,7 @@ impl Progress {
 /// accepts, the task's events end, or `budget` runs out.
 async fn wait_for_state(
     events: &mut broadcast::Receiver<StreamResponse>,
-    reached: fn(TaskState) -> bool,
+    reached: fn(&TaskState) -> bool,
     budget: Duration,
 ) {
     let _ = tokio::time::timeout(budget, async {

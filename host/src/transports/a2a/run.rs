@@ -27,8 +27,10 @@ use tokio::sync::mpsc;
 
 use super::error::A2aError;
 use super::state::{LiveTask, RunSlot, Shared, approval_scope, context_key, status};
-use super::wire::{Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
 use crate::jsonrpc::Faults;
+use crate::models::a2a::{
+    Artifact, Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, new_id,
+};
 use crate::node::state::NodeState;
 use crate::runtime::{
     ApprovalAsked, ApprovalOutcome, Approver, Call, CallEvent, EventSink, Exchange, LoadedPlugin, Phase,
@@ -153,7 +155,7 @@ async fn try_answer(
     let mut answer = Answer {
         shared,
         live,
-        artifact_id: super::wire::new_id(),
+        artifact_id: new_id(),
         chunks: ChunkedAnswer::new(MAX_ANSWER_BYTES),
         sent_any: false,
     };
@@ -273,6 +275,7 @@ impl Answer<'_> {
                         artifact_id: artifact_id.clone(),
                         name: Some(ANSWER_ARTIFACT.into()),
                         parts: vec![Part::text(content.clone())],
+                        ..Artifact::default()
                     }]
                 }
             }
@@ -283,6 +286,7 @@ impl Answer<'_> {
                     artifact_id,
                     name: Some(ANSWER_ARTIFACT.into()),
                     parts: vec![Part::text(content)],
+                    ..Artifact::default()
                 },
                 append,
                 last_chunk: last,

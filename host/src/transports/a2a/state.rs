@@ -42,11 +42,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast};
 
 use super::error::A2aError;
-use super::wire::{
-    ListTasksRequest, ListTasksResponse, Message, Part, StreamResponse, Task, TaskState, TaskStatus,
-    TaskStatusUpdateEvent, timestamp_now,
-};
+use super::wire::{ListTasksRequest, ListTasksResponse};
 use crate::jsonrpc::Faults;
+use crate::models::a2a::{
+    Message, Part, StreamResponse, Task, TaskState, TaskStatus, TaskStatusUpdateEvent, timestamp_now,
+};
 use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Slot};
 use crate::policy::quota::{Charge, QuotaBounds, QuotaError, StoredQuota};
@@ -321,7 +321,7 @@ impl A2aState {
             return Ok(None);
         };
         let mut task = stored.task;
-        if self.orphaned(task_id, task.status.state, &stored.runner) {
+        if self.orphaned(task_id, &task.status.state, &stored.runner) {
             task.status = TaskStatus {
                 state: TaskState::Failed,
                 message: Some(Message::agent(
@@ -331,6 +331,7 @@ impl A2aState {
                     )],
                 )),
                 timestamp: timestamp_now(),
+                ..TaskStatus::default()
             };
             self.save_charged(&task, stored.charge).await?;
         }
@@ -349,7 +350,7 @@ impl A2aState {
     /// Whether a stored task in `state`, run by `runner`, lost its runner (the
     /// node stopped during it): knowable on a store of its own, or when it was
     /// this very process that ran it.
-    fn orphaned(&self, task_id: &str, state: TaskState, runner: &str) -> bool {
+    fn orphaned(&self, task_id: &str, state: &TaskState, runner: &str) -> bool {
         !state.is_terminal()
             && (runner == self.run_id || !self.node.store.is_shared())
             // It may have ended since the store was read.
@@ -365,7 +366,7 @@ impl A2aState {
             return Ok(None);
         };
         let state = stored.task.status.state;
-        Ok(Some(if self.orphaned(task_id, state, &stored.runner) {
+        Ok(Some(if self.orphaned(task_id, &state, &stored.runner) {
             TaskState::Failed
         } else {
             state
@@ -393,10 +394,10 @@ impl A2aState {
                 .map(|index| index + 1)
                 .ok_or_else(|| A2aError::invalid_params("pageToken is not one this node gave"))?,
         };
-        let wanted = |state: TaskState| request.status.is_none_or(|status| status == state);
+        let wanted = |state: &TaskState| request.status.as_ref().is_none_or(|status| status == state);
         let mut listed = Vec::with_capacity(ids.len());
         for id in &ids {
-            listed.push(self.state_of(id).await?.is_some_and(wanted));
+            listed.push(self.state_of(id).await?.is_some_and(|state| wanted(&state)));
         }
         let total_size = listed.iter().filter(|listed| **listed).count();
         let artifacts = request.include_artifacts.unwrap_or(false);
@@ -411,7 +412,7 @@ impl A2aState {
             let Some(task) = self.load(id).await? else {
                 continue;
             };
-            if !wanted(task.status.state) {
+            if !wanted(&task.status.state) {
                 continue;
             }
             if !page.take(task.into_view(request.history_length, artifacts)) {
@@ -544,7 +545,7 @@ impl LiveTask {
     }
 
     pub fn state(&self) -> TaskState {
-        self.inner.lock().task.status.state
+        self.inner.lock().task.status.state.clone()
     }
 
     /// The task now, and every event after it.
@@ -617,12 +618,12 @@ impl LiveTask {
         outcome: impl FnOnce(&str) -> Result<ApprovalOutcome, A2aError>,
     ) -> Result<(Task, broadcast::Receiver<StreamResponse>), A2aError> {
         let mut inner = self.inner.lock();
-        let state = inner.task.status.state;
+        let state = inner.task.status.state.clone();
         let Some(pending) = inner.pending.as_ref() else {
             return Err(A2aError::invalid_params(format!(
                 "task {} is not waiting for input (it is {})",
                 self.id,
-                state_name(state)
+                state_name(&state)
             )));
         };
         if state != TaskState::InputRequired {
@@ -640,6 +641,7 @@ impl LiveTask {
             state: TaskState::Working,
             message: None,
             timestamp: timestamp_now(),
+            ..TaskStatus::default()
         };
         let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
             task_id: inner.task.id.clone(),
@@ -659,7 +661,7 @@ impl LiveTask {
     /// Ask the runner to stop; false if the task already ended.
     pub fn cancel(&self) -> Result<broadcast::Receiver<StreamResponse>, TaskState> {
         let mut inner = self.inner.lock();
-        let state = inner.task.status.state;
+        let state = inner.task.status.state.clone();
         if state.is_terminal() {
             return Err(state);
         }
@@ -683,15 +685,13 @@ pub fn status(state: TaskState, message: Option<Message>) -> TaskStatus {
         state,
         message,
         timestamp: timestamp_now(),
+        ..TaskStatus::default()
     }
 }
 
 /// A state as the wire names it, for messages.
-pub fn state_name(state: TaskState) -> String {
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_string))
-        .unwrap_or_default()
+pub fn state_name(state: &TaskState) -> String {
+    state.to_string()
 }
 
 #[cfg(test)]
@@ -699,8 +699,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::models::a2a::Artifact;
     use crate::store::depth as json_depth;
-    use crate::transports::a2a::wire::Artifact;
 
     fn message(data: serde_json::Value) -> Message {
         serde_json::from_value(json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"data": data}]}))
@@ -732,6 +732,7 @@ mod tests {
             artifact_id: "a".into(),
             name: None,
             parts: deep.parts.clone(),
+            ..Artifact::default()
         });
         assert_eq!(stored_depth(&task), STORED_LEVELS_ABOVE_MESSAGE + message_depth);
     }
