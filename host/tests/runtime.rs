@@ -466,7 +466,8 @@ fn tool_statuses(stream: &mut mpsc::Receiver<CallEvent>) -> Vec<String> {
     let mut statuses = Vec::new();
     while let Ok(event) = stream.try_recv() {
         if let CallEvent::ToolCall(lifecycle) = event {
-            statuses.push(lifecycle["status"].as_str().unwrap_or_default().to_string());
+            let wire = serde_json::to_value(&lifecycle).unwrap_or_default();
+            statuses.push(wire["status"].as_str().unwrap_or_default().to_string());
         }
     }
     statuses

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::approval::ApprovalAsked;
+use crate::vocab::ToolLifecycle;
 
 /// An event a plugin emits to the current exchange (`host.emit(kind, data)`).
 #[derive(Debug, Clone, Serialize)]
@@ -25,9 +26,8 @@ pub struct PluginEvent {
 pub enum CallEvent {
     /// The plugin's own, in its own words ("chunk", "status", …).
     Plugin(PluginEvent),
-    /// A step of a tool call's lifecycle, from the host's tool path
-    /// (`{call_id, tool_name, risk, status, …}`).
-    ToolCall(Value),
+    /// A step of a tool call's lifecycle, from the host's tool path.
+    ToolCall(ToolLifecycle),
     /// A tool call waits for a human: the question to put to them.
     ApprovalAsked(ApprovalAsked),
     /// The question went unanswered and was withdrawn: the tool did not run.

@@ -11,11 +11,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::approval::{Approver, Caller};
 use super::events::{CallEvent, PluginEvent};
+use crate::vocab::ToolLifecycle;
 
 #[derive(Clone, Default)]
 pub struct Exchange {
@@ -73,7 +73,7 @@ impl Exchange {
     }
 
     /// Send one of the host's tool lifecycle events.
-    pub(crate) async fn send_lifecycle(&self, lifecycle: Value) -> Result<(), String> {
+    pub(crate) async fn send_lifecycle(&self, lifecycle: ToolLifecycle) -> Result<(), String> {
         self.deliver(self.lifecycle.as_ref(), CallEvent::ToolCall(lifecycle))
             .await
     }

@@ -56,15 +56,8 @@ impl<'a> ToolCall<'a> {
             risk: self.risk,
             stage,
         };
-        let data = match serde_json::to_value(lifecycle) {
-            Ok(data) => data,
-            Err(error) => {
-                tracing::warn!(%error, tool = self.tool_name, "tool lifecycle event not serialisable");
-                return;
-            }
-        };
         // A consumer that has gone or stalls does not change the tool's outcome.
-        let _ = self.exchange.send_lifecycle(data).await;
+        let _ = self.exchange.send_lifecycle(lifecycle).await;
     }
 
     async fn failed(&self, error: impl Into<String>) {

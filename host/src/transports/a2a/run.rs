@@ -232,11 +232,11 @@ impl EventSink for Answer<'_> {
                 self.live.set_status(TaskState::Working, Some(note));
             }
             CallEvent::ToolCall(lifecycle) => {
-                if let Ok(ToolLifecycle {
+                if let ToolLifecycle {
                     tool_name,
                     stage: ToolStage::Started { .. },
                     ..
-                }) = serde::Deserialize::deserialize(&lifecycle)
+                } = lifecycle
                 {
                     let task = self.live.snapshot();
                     let note = Message::agent(&task, vec![Part::text(format!("Running {tool_name}…"))]);

@@ -14,6 +14,7 @@ use super::state::ArenaState;
 use super::stream::EventStream;
 use super::wire::Task;
 use crate::runtime::{CallEvent, EventSink, PluginEvent};
+use crate::vocab::{ToolLifecycle, ToolStage};
 
 /// One task's events on their way to the stream, and what the host learns from them.
 pub(super) struct Events {
@@ -52,10 +53,9 @@ impl Events {
     }
 
     /// Translate a tool call's lifecycle step into a §2 event.
-    fn forward_tool(&mut self, lifecycle: Value) {
-        if let Some(event) = self.tool_event(lifecycle) {
-            self.emit(Value::Object(event));
-        }
+    fn forward_tool(&mut self, lifecycle: ToolLifecycle) {
+        let event = self.tool_event(lifecycle);
+        self.emit(Value::Object(event));
     }
 
     /// Translate a plugin's event into a §2 event.
@@ -97,41 +97,44 @@ impl Events {
 
     /// The host's tool lifecycle (`kind: tool_call`, `status`) as §2's
     /// `tool_call` / `tool_response`, with the duration measured here.
-    fn tool_event(&mut self, data: Value) -> Option<Map<String, Value>> {
-        let call_id = data["call_id"].as_str().unwrap_or_default().to_string();
-        let tool = data["tool_name"].clone();
-        match data["status"].as_str()? {
-            "started" => {
-                if let Some(name) = tool.as_str()
-                    && !self.tools.iter().any(|t| t == name)
-                {
-                    self.tools.push(name.to_string());
+    fn tool_event(&mut self, lifecycle: ToolLifecycle) -> Map<String, Value> {
+        let ToolLifecycle {
+            call_id,
+            tool_name: tool,
+            stage,
+            ..
+        } = lifecycle;
+        match stage {
+            ToolStage::Started { arguments } => {
+                if !self.tools.contains(&tool) {
+                    self.tools.push(tool.clone());
                 }
                 if self.tool_started.len() < 1024 {
                     self.tool_started.insert(call_id.clone(), Instant::now());
                 }
-                Some(object(json!({
-                    "type": "tool_call", "tool": tool, "args": data["arguments"], "call_id": call_id,
-                })))
+                object(json!({"type": "tool_call", "tool": tool, "args": arguments, "call_id": call_id}))
             }
-            status @ ("completed" | "failed") => {
-                let duration_ms = self
-                    .tool_started
-                    .remove(&call_id)
-                    .map_or(0, |at| at.elapsed().as_millis() as u64);
-                let mut event = object(json!({
-                    "type": "tool_response", "tool": tool, "call_id": call_id,
-                    "duration_ms": duration_ms,
-                }));
-                if status == "completed" {
-                    event.insert("result".into(), data["result"].clone());
-                } else {
-                    event.insert("error".into(), data["error"].clone());
-                }
-                Some(event)
-            }
-            _ => None,
+            ToolStage::Completed { result } => self.tool_response(call_id, tool, "result", result),
+            ToolStage::Failed { error } => self.tool_response(call_id, tool, "error", Value::String(error)),
         }
+    }
+
+    /// A `tool_response` event: the call's end, with how long it ran.
+    fn tool_response(
+        &mut self,
+        call_id: String,
+        tool: String,
+        key: &str,
+        value: Value,
+    ) -> Map<String, Value> {
+        let duration_ms = self
+            .tool_started
+            .remove(&call_id)
+            .map_or(0, |at| at.elapsed().as_millis() as u64);
+        object(json!({
+            "type": "tool_response", "tool": tool, "call_id": call_id, "duration_ms": duration_ms,
+            key: value,
+        }))
     }
 
     /// Stamp the event with its match and round and queue it; never waits.
@@ -184,6 +187,7 @@ fn merge(kind: &str, data: Value, key: &str) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::Risk;
 
     #[test]
     fn plugin_events_are_translated_and_host_types_are_reserved() {
@@ -200,12 +204,16 @@ mod tests {
             kind: "spawn_subagent".into(),
             data: json!({"name": "Analyzer", "role": "analysis"}),
         });
-        events.forward_tool(json!({"call_id": "c", "tool_name": "t", "status": "started", "arguments": {}}));
+        let step = |stage| ToolLifecycle {
+            call_id: "c".into(),
+            tool_name: "t".into(),
+            risk: Risk::Low,
+            stage,
+        };
+        events.forward_tool(step(ToolStage::Started { arguments: json!({}) }));
         assert_eq!(events.subagents, ["Analyzer"]);
         assert_eq!(events.tools, ["t"]);
-        let response = events
-            .tool_event(json!({"call_id": "c", "tool_name": "t", "status": "completed", "result": 4}))
-            .unwrap();
+        let response = events.tool_event(step(ToolStage::Completed { result: json!(4) }));
         assert_eq!(response["type"], "tool_response");
         assert_eq!(response["result"], 4);
         assert_eq!(merge("thinking", json!("hm"), "message")["message"], "hm");

@@ -11,11 +11,12 @@
 //! human; every frame goes to all connections of the session, and the
 //! messages, tool results and approvals go to the session's history.
 //!
-//! `tool_call` frames come only from the host's tool path: a plugin can emit an
-//! event of any kind, so a lifecycle event is shown only when it names a loaded
-//! tool with its manifest's risk, follows the host's order (started, then
-//! completed or failed, once), and, for a tool that needs approval, matches what
-//! this turn's approver saw.
+//! `tool_call` frames come only from the host's tool path: a plugin's `emit`
+//! cannot make a [`CallEvent::ToolCall`], and, should one reach here any other
+//! way, a lifecycle step is shown only when it names a loaded tool with its
+//! manifest's risk, follows the host's order (started, then completed or
+//! failed, once), and, for a tool that needs approval, matches what this
+//! turn's approver saw.
 //!
 //! The user's message is committed before `thinking`, the reply before its final
 //! chunk: a client that saw either can rely on the history having it.
@@ -28,7 +29,6 @@ use serde_json::{Value, json};
 use super::session::{HostCalls, Origin, QueuedTurn, Session, SessionApprover};
 use super::wire::{Outbound, Status, ToolStatus, UserMessage, truncate_chars};
 use super::{HaiError, HaiState, history_id};
-use serde::Deserialize;
 
 use crate::runtime::{
     ApprovalAsked, Call, CallEvent, EventSink, Exchange, Phase, Risk, TransportKind, event_channel,
@@ -178,7 +178,7 @@ impl EventSink for Turn<'_> {
     async fn on_event(&mut self, event: CallEvent) {
         let event = match event {
             CallEvent::Plugin(event) => event,
-            CallEvent::ToolCall(lifecycle) => return self.tool_call(&lifecycle).await,
+            CallEvent::ToolCall(lifecycle) => return self.tool_call(lifecycle).await,
             CallEvent::ApprovalAsked(asked) => return self.approval_request(asked).await,
             // The tool's lifecycle says what became of the call.
             CallEvent::ApprovalWithdrawn { .. } => return,
@@ -298,13 +298,7 @@ impl Turn<'_> {
         });
     }
 
-    async fn tool_call(&mut self, data: &Value) {
-        // The host's tool path writes these events; anything that does not read as
-        // one (a plugin's forgery with a wrong shape) is dropped like any other forgery.
-        let Ok(event) = ToolLifecycle::deserialize(data) else {
-            tracing::warn!(session = %super::access::session_tag(&self.session.id), "hai: a malformed tool_call event was dropped");
-            return;
-        };
+    async fn tool_call(&mut self, event: ToolLifecycle) {
         let status = match &event.stage {
             ToolStage::Started { .. } => ToolStatus::Started,
             ToolStage::Completed { .. } => ToolStatus::Completed,
@@ -514,6 +508,8 @@ fn host_order(
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
     const ID: &str = "0b6c5a6e-8a44-4f7e-9d2f-0c6b1f3f9a10";
