@@ -42,11 +42,7 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
     let degraded = plugins.iter().any(|p| p.error.is_some());
     // A node whose store does not answer cannot serve: a load balancer reading
     // 503 here sends its clients to the other nodes until the store is back.
-    let store_error = match tokio::time::timeout(STORE_PING_TIMEOUT, state.store.ping()).await {
-        Ok(Ok(())) => None,
-        Ok(Err(error)) => Some(error.to_string()),
-        Err(_) => Some("the store did not answer within a second".to_string()),
-    };
+    let store_error = state.store.unavailable().await;
     let status = if store_error.is_some() {
         "unavailable"
     } else if state.runtime.is_starting() {
@@ -81,8 +77,6 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
     }));
     (code, body)
 }
-
-const STORE_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The node's own folders as they may appear in messages, longest first so a
 /// folder inside another is removed whole.

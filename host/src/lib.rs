@@ -24,7 +24,7 @@
 //! | 6 | `listener` | 0–5 | the hardened HTTP accept loop |
 //! | 7 | `node::state` | 0–6 | what every request handler can reach |
 //! | 8 | `transports` | 0–7 | one module per wire protocol |
-//! | 9 | `health` | 0–8 | `/health` and `/metrics` |
+//! | 9 | `health`, `console` | 0–8 | `/health` and `/metrics`; the operator's console |
 //! | 10 | `node` | 0–9 | wiring it all into listeners with graceful shutdown |
 //! | 11 | `cli`, `dev`, `scaffold` | 0–10 | the client commands, `agora-node dev`, plugin scaffolding |
 //!
@@ -33,6 +33,7 @@
 pub mod background;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod crypto;
 pub mod dev;
 pub mod health;

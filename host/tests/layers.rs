@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["listener"],
     &["node::state"],
     &["transports"],
-    &["health"],
+    &["health", "console"],
     &["node"],
     &["cli", "dev", "scaffold"],
 ];

@@ -15,6 +15,7 @@ mod approval_share;
 mod arena;
 mod browser_policy;
 mod capabilities;
+mod console;
 mod crash;
 mod envelopes;
 mod fleet;

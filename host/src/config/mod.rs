@@ -11,6 +11,7 @@
 mod a2a;
 mod agora;
 mod arena;
+mod console;
 mod endpoint;
 mod envelopes;
 mod hai;
@@ -34,6 +35,7 @@ use serde::{Deserialize, Serialize};
 pub use self::a2a::A2aConfig;
 pub use self::agora::AgoraConfig;
 pub use self::arena::ArenaConfig;
+pub use self::console::ConsoleConfig;
 pub use self::endpoint::Endpoint;
 pub use self::envelopes::EnvelopesConfig;
 pub use self::hai::HaiConfig;
@@ -89,9 +91,11 @@ fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
 
 /// The sections of the configuration, one `[name]` table each: one line here
 /// makes the field, and has [`Config::validate`] run the section's own
-/// `validate(&self, node: &Config)` (in its file), in this order.
+/// `validate(&self, node: &Config)` (in its file), in this order. A
+/// transport's line ends `=> endpoint`, which lists its [`Endpoint`] in
+/// [`Config::endpoints`].
 macro_rules! sections {
-    ($($name:ident: $section:ty,)*) => {
+    ($($name:ident: $section:ty $(=> $endpoint:ident)?,)*) => {
         #[derive(Debug, Clone, Serialize, Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct Config {
@@ -109,6 +113,12 @@ macro_rules! sections {
                 $(self.$name.validate(self)?;)*
                 Ok(())
             }
+
+            /// Where every transport is served (`crate::transports::TRANSPORTS`
+            /// mounts them), served or not.
+            pub fn endpoints(&self) -> Vec<Endpoint<'_>> {
+                vec![$($(self.$name.$endpoint(),)?)*]
+            }
         }
     };
 }
@@ -120,15 +130,16 @@ sections! {
     outbound: OutboundConfig,
     store: StoreConfig,
     identity: IdentityConfig,
-    agora: AgoraConfig,
-    envelopes: EnvelopesConfig,
-    uagents: UagentsConfig,
-    arena: ArenaConfig,
-    hai: HaiConfig,
-    a2a: A2aConfig,
-    mcp: McpConfig,
+    agora: AgoraConfig => endpoint,
+    envelopes: EnvelopesConfig => endpoint,
+    uagents: UagentsConfig => endpoint,
+    arena: ArenaConfig => endpoint,
+    hai: HaiConfig => endpoint,
+    a2a: A2aConfig => endpoint,
+    mcp: McpConfig => endpoint,
     llm: LlmConfig,
     tls: TlsConfig,
+    console: ConsoleConfig,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

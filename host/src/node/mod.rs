@@ -126,6 +126,7 @@ impl Node {
             Ok(())
         };
         mount("listen", "", crate::health::router(state.clone()))?;
+        mount("listen", "", crate::console::router(state.clone()))?;
         for transport in &transports::TRANSPORTS {
             let endpoint = (transport.endpoint)(&config);
             if endpoint.enabled {

@@ -22,10 +22,13 @@
 //! A transport keeps only what its protocol says: how to put the question to
 //! its client and how to read the answer (an [`Approver`]), and who may answer
 //! (the approval's *scope*: its HAI session, A2A task or MCP session). The
-//! table also lists every waiting approval, so the node can show one queue.
+//! table also lists every waiting approval, so the node can show one queue,
+//! and answers any of them from there ([`Approvals::answer`]) through the
+//! transport's own answer path (its [`Answerer`]), so the history, the fleet
+//! and the client's own view are as if its client had answered.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -125,6 +128,51 @@ pub trait Approver: Send + Sync {
     fn refused(&self, _call_id: &str, _refusal: &Refusal) {}
 }
 
+impl WaitingApproval {
+    /// The transport that may answer it and its unit there (`hai` and the session id).
+    pub fn scope_parts(&self) -> (&str, &str) {
+        self.scope.split_once(':').unwrap_or((self.scope.as_str(), ""))
+    }
+}
+
+/// An answer given to a waiting approval by someone other than its client
+/// (the operator's console).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub approved: bool,
+    pub feedback: Option<String>,
+}
+
+/// Why [`Approvals::answer`] decided nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// No approval of that id waits: never asked, answered already, or timed out.
+    #[error("no approval {0:?} is waiting (unknown, answered already or timed out)")]
+    Unknown(String),
+    /// It was waiting, and something else decided it first.
+    #[error("approval {approval_id:?} was decided by something else meanwhile: {why}")]
+    Lost { approval_id: String, why: String },
+    /// Its transport takes no answers from outside its own protocol here.
+    #[error("{transport} approvals cannot be answered from here: {why}")]
+    Unsupported { transport: String, why: String },
+    /// The transport's answer path failed (the store, say); nothing was decided.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// How a transport decides one of its approvals for someone other than its
+/// client: the code its client's own answer runs, so both go one way.
+#[async_trait::async_trait]
+pub trait Answerer: Send + Sync {
+    async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError>;
+}
+
+/// Keeps a transport's [`Answerer`] answering (see [`Approvals::answer_with`]).
+#[derive(Clone)]
+pub struct Answering {
+    _answerer: Arc<dyn Answerer>,
+}
+
 struct Entry {
     listed: WaitingApproval,
     reply: oneshot::Sender<ApprovalOutcome>,
@@ -133,6 +181,8 @@ struct Entry {
 struct Inner {
     timeout: Duration,
     waiting: Mutex<HashMap<String, Entry>>,
+    /// Each transport's answerer, by the transport part of a scope; held weakly (see [`Approvals::answer_with`]).
+    answerers: Mutex<HashMap<&'static str, Weak<dyn Answerer>>>,
     by_client: Admission<String>,
     by_transport: Admission<&'static str>,
 }
@@ -170,6 +220,7 @@ impl Approvals {
             inner: Arc::new(Inner {
                 timeout: Duration::from_millis(tools.approval_timeout_ms),
                 waiting: Mutex::new(HashMap::new()),
+                answerers: Mutex::new(HashMap::new()),
                 by_client: Admission::new(share(
                     tools.max_waiting_approvals_per_client,
                     "tools.max_waiting_approvals_per_client",
@@ -317,6 +368,44 @@ impl Approvals {
     fn remove(&self, approval_id: &str) -> bool {
         self.inner.waiting.lock().remove(approval_id).is_some()
     }
+
+    /// Have `answerer` decide, for [`Approvals::answer`], the approvals whose
+    /// scope is `transport`'s, while the returned handle lives. The table holds
+    /// the answerer weakly: an answerer reaches the node, whose runtime holds
+    /// this table, so its transport's routes hold the handle instead.
+    pub fn answer_with(&self, transport: &'static str, answerer: Arc<dyn Answerer>) -> Answering {
+        self.inner
+            .answerers
+            .lock()
+            .insert(transport, Arc::downgrade(&answerer));
+        Answering { _answerer: answerer }
+    }
+
+    /// Decide approval `approval_id` as its own client would, through its
+    /// transport's [`Answerer`]: the approval as it waited, or why nothing was
+    /// decided. Whoever takes it first decides, here as between two clients.
+    pub async fn answer(&self, approval_id: &str, answer: Answer) -> Result<WaitingApproval, AnswerError> {
+        let waiting = self
+            .inner
+            .waiting
+            .lock()
+            .get(approval_id)
+            .map(|entry| entry.listed.clone())
+            .ok_or_else(|| AnswerError::Unknown(approval_id.to_string()))?;
+        let (transport, _) = waiting.scope_parts();
+        let answerer = self
+            .inner
+            .answerers
+            .lock()
+            .get(transport)
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| AnswerError::Unsupported {
+                transport: transport.to_string(),
+                why: "this node's transport takes no answers from outside its protocol".into(),
+            })?;
+        answerer.answer(&waiting, answer).await?;
+        Ok(waiting)
+    }
 }
 
 /// An approval's places in its caller's share and its transport's, given back when dropped.
@@ -437,6 +526,90 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), Ok(ApprovalOutcome::Approved));
         assert_eq!(approver.withdrawn.load(Ordering::SeqCst), 0);
         assert!(approvals.waiting().is_empty());
+    }
+
+    /// Answers as a transport does: takes the approval from its own scope.
+    struct TakesItsOwn {
+        approvals: Approvals,
+    }
+
+    #[async_trait::async_trait]
+    impl Answerer for TakesItsOwn {
+        async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError> {
+            let id = &waiting.asked.approval_id;
+            let lost = || AnswerError::Lost {
+                approval_id: id.clone(),
+                why: "taken".into(),
+            };
+            let decision = self.approvals.take(&waiting.scope, id).ok_or_else(lost)?;
+            let outcome = if answer.approved {
+                ApprovalOutcome::Approved
+            } else {
+                ApprovalOutcome::Rejected {
+                    feedback: answer.feedback,
+                }
+            };
+            decision.deliver(outcome).then_some(()).ok_or_else(lost)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_from_outside_goes_through_its_transports_answerer_once() {
+        let approvals = Approvals::new(&tools(60_000, 4, 16), 32);
+        let approver = Arc::new(Recorder::default());
+        let waiting = {
+            let (approvals, approver) = (approvals.clone(), approver.clone());
+            tokio::spawn(async move {
+                approvals
+                    .ask(approver.as_ref(), Some(&caller("10.0.0.1")), request("c1"))
+                    .await
+            })
+        };
+        let id = asked_id(&approvals).await;
+        let reject = Answer {
+            approved: false,
+            feedback: Some("not today".into()),
+        };
+        assert!(
+            matches!(approvals.answer(&id, reject.clone()).await, Err(AnswerError::Unsupported { transport, .. }) if transport == "test"),
+            "no answerer for the transport yet"
+        );
+        let answering = approvals.answer_with(
+            "test",
+            Arc::new(TakesItsOwn {
+                approvals: approvals.clone(),
+            }),
+        );
+        let answered = approvals.answer(&id, reject.clone()).await.expect("answered");
+        assert_eq!(answered.scope_parts(), ("test", "1"));
+        assert_eq!(
+            waiting.await.unwrap(),
+            Ok(ApprovalOutcome::Rejected {
+                feedback: Some("not today".into())
+            })
+        );
+        assert_eq!(
+            approvals.answer(&id, reject).await.unwrap_err(),
+            AnswerError::Unknown(id.clone()),
+            "a second answer finds nothing"
+        );
+        drop(answering);
+        let asking = caller("10.0.0.1");
+        let next = approvals.ask(approver.as_ref(), Some(&asking), request("c2"));
+        tokio::pin!(next);
+        assert!(futures::poll!(next.as_mut()).is_pending());
+        let id = asked_id(&approvals).await;
+        let approve = Answer {
+            approved: true,
+            feedback: None,
+        };
+        assert!(
+            matches!(
+                approvals.answer(&id, approve).await,
+                Err(AnswerError::Unsupported { .. })
+            ),
+            "the answerer went with its handle"
+        );
     }
 
     #[tokio::test]

@@ -321,6 +321,16 @@ impl Store {
         self.backend.ping().await
     }
 
+    /// Why the store does not answer within a second, as `/health` and the
+    /// console report it; `None` when it answers.
+    pub async fn unavailable(&self) -> Option<String> {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), self.ping()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error.to_string()),
+            Err(_) => Some("the store did not answer within a second".to_string()),
+        }
+    }
+
     pub async fn put<T: Serialize + ?Sized>(
         &self,
         collection: Collection,

@@ -62,6 +62,7 @@ use crate::models::a2a::{
 };
 use crate::node::state::NodeState;
 use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
+use crate::runtime::approval::{self, AnswerError, Answerer, WaitingApproval};
 use crate::store::depth as json_depth;
 
 /// How long `CancelTask` waits for the plugin call to stop before answering.
@@ -83,10 +84,17 @@ pub fn router(node: NodeState) -> Router {
     let policy = node.browser.clone();
     let shared = A2aState::new(node);
     fleet::listen(&shared);
+    // The console answers this transport's approvals while its routes are served.
+    let answering = shared
+        .node
+        .runtime
+        .approvals()
+        .answer_with("a2a", std::sync::Arc::new(ConsoleAnswers(shared.clone())));
     let router = Router::new()
         .route(CARD_PATH, get(agent_card))
         .route(&path, post(rpc).layer(DefaultBodyLimit::max(limit)))
-        .with_state(shared);
+        .with_state(shared)
+        .layer(axum::Extension(answering));
     crate::policy::browser::guard(router, policy, browser)
 }
 
@@ -391,10 +399,7 @@ impl Request {
     }
 
     async fn task(&self, id: &str) -> Result<Task, A2aError> {
-        self.shared
-            .load(id)
-            .await?
-            .ok_or_else(|| A2aError::TaskNotFound(truncate(id)))
+        load_task(&self.shared, id).await
     }
 
     /// A new task for a message without `taskId`; else the answer to the
@@ -403,7 +408,7 @@ impl Request {
         wire::validate_message(&message, &self.limits())?;
         message.forget_unknown();
         if let Some(task_id) = message.task_id.clone() {
-            return self.resume(&task_id, message).await;
+            return resume(&self.shared, &task_id, message).await;
         }
         let shared = &self.shared;
         let slot = shared.reserve(self.client).await?;
@@ -448,79 +453,6 @@ impl Request {
             .background
             .spawn("a2a.task_run", run::run(shared.clone(), live, slot));
         Ok(Progress::Here(Box::new(snapshot), events))
-    }
-
-    /// The client's answer to a task's pending approval, applied where the task
-    /// runs: here, or (a fleet) on the node that runs it ([`fleet`]).
-    async fn resume(&self, task_id: &str, mut message: Message) -> Result<Progress, A2aError> {
-        let live = self.shared.live(task_id);
-        let task = match &live {
-            Some(live) => live.snapshot(),
-            None => self.task(task_id).await?,
-        };
-        if message
-            .context_id
-            .as_ref()
-            .is_some_and(|context| *context != task.context_id)
-        {
-            return Err(A2aError::invalid_params(format!(
-                "task {task_id} belongs to another contextId"
-            )));
-        }
-        // As the SDK's server: a finished task takes no more messages.
-        if task.status.state.is_terminal() {
-            return Err(A2aError::Unsupported(format!(
-                "task {task_id} is {}; send a message without taskId (same contextId) to go on",
-                state_name(&task.status.state)
-            )));
-        }
-        message.context_id = Some(task.context_id.clone());
-        let decided = message.data().cloned();
-        let progress = match live {
-            Some(live) => {
-                let approvals = self.shared.node.runtime.approvals();
-                let (snapshot, events) = live.resume(message, approvals, |approval_id| {
-                    run::decision_of(approval_id, decided.as_ref())
-                })?;
-                // Not stored as working: the runner stores the next state a client
-                // waits for, and a later write of this one could overwrite it.
-                Progress::Here(Box::new(snapshot), events)
-            }
-            None => {
-                let Some(approval_id) = fleet::pending_approval(&task) else {
-                    return Err(A2aError::invalid_params(format!(
-                        "task {task_id} is not waiting for input (it is {})",
-                        state_name(&task.status.state)
-                    )));
-                };
-                run::decision_of(&approval_id, decided.as_ref())?;
-                if !fleet::first_answer(&self.shared, task_id, &approval_id).await? {
-                    return Err(A2aError::invalid_params(format!(
-                        "approval {approval_id} of task {task_id} was answered already; wait for the task"
-                    )));
-                }
-                let forwarded = fleet::Forwarded::Decide {
-                    task_id: task_id.to_string(),
-                    message: fleet::decision_only(&message),
-                };
-                if let Err(error) = fleet::forward(&self.shared, &forwarded).await {
-                    // Not sent: the client may answer again.
-                    fleet::forget_answer(&self.shared, task_id, &approval_id).await;
-                    return Err(error);
-                }
-                Progress::Elsewhere {
-                    task_id: task_id.to_string(),
-                    since: task.status.timestamp.clone(),
-                }
-            }
-        };
-        if let Some(data) = decided {
-            let body = json!({"approval_id": data.get("approval_id"), "approved": data.get("approved"), "feedback": data.get("feedback"), "task_id": task_id});
-            if let Err(error) = run::append(&self.shared, &task.context_id, "approval", body).await {
-                tracing::warn!(transport = "a2a", task = %task_id, %error, "the approval was not recorded in the history");
-            }
-        }
-        Ok(progress)
     }
 
     /// How long a `SendMessage` waits: a little less than the listener's request
@@ -701,5 +633,124 @@ fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -
 impl From<serde_json::Error> for A2aError {
     fn from(error: serde_json::Error) -> Self {
         A2aError::Internal(format!("serialising the answer failed: {error}"))
+    }
+}
+
+/// The client's answer to a task's pending approval, applied where the task
+/// runs: here, or (a fleet) on the node that runs it ([`fleet`]). The one
+/// answer path: a client's message and the operator's console
+/// ([`ConsoleAnswers`]) both take it.
+async fn resume(shared: &Shared, task_id: &str, mut message: Message) -> Result<Progress, A2aError> {
+    let live = shared.live(task_id);
+    let task = match &live {
+        Some(live) => live.snapshot(),
+        None => load_task(shared, task_id).await?,
+    };
+    if message
+        .context_id
+        .as_ref()
+        .is_some_and(|context| *context != task.context_id)
+    {
+        return Err(A2aError::invalid_params(format!(
+            "task {task_id} belongs to another contextId"
+        )));
+    }
+    // As the SDK's server: a finished task takes no more messages.
+    if task.status.state.is_terminal() {
+        return Err(A2aError::Unsupported(format!(
+            "task {task_id} is {}; send a message without taskId (same contextId) to go on",
+            state_name(&task.status.state)
+        )));
+    }
+    message.context_id = Some(task.context_id.clone());
+    let decided = message.data().cloned();
+    let progress = match live {
+        Some(live) => {
+            let approvals = shared.node.runtime.approvals();
+            let (snapshot, events) = live.resume(message, approvals, |approval_id| {
+                run::decision_of(approval_id, decided.as_ref())
+            })?;
+            // Not stored as working: the runner stores the next state a client
+            // waits for, and a later write of this one could overwrite it.
+            Progress::Here(Box::new(snapshot), events)
+        }
+        None => {
+            let Some(approval_id) = fleet::pending_approval(&task) else {
+                return Err(A2aError::invalid_params(format!(
+                    "task {task_id} is not waiting for input (it is {})",
+                    state_name(&task.status.state)
+                )));
+            };
+            run::decision_of(&approval_id, decided.as_ref())?;
+            if !fleet::first_answer(shared, task_id, &approval_id).await? {
+                return Err(A2aError::invalid_params(format!(
+                    "approval {approval_id} of task {task_id} was answered already; wait for the task"
+                )));
+            }
+            let forwarded = fleet::Forwarded::Decide {
+                task_id: task_id.to_string(),
+                message: fleet::decision_only(&message),
+            };
+            if let Err(error) = fleet::forward(shared, &forwarded).await {
+                // Not sent: the client may answer again.
+                fleet::forget_answer(shared, task_id, &approval_id).await;
+                return Err(error);
+            }
+            Progress::Elsewhere {
+                task_id: task_id.to_string(),
+                since: task.status.timestamp.clone(),
+            }
+        }
+    };
+    if let Some(data) = decided {
+        let body = json!({"approval_id": data.get("approval_id"), "approved": data.get("approved"), "feedback": data.get("feedback"), "task_id": task_id});
+        if let Err(error) = run::append(shared, &task.context_id, "approval", body).await {
+            tracing::warn!(transport = "a2a", task = %task_id, %error, "the approval was not recorded in the history");
+        }
+    }
+    Ok(progress)
+}
+
+/// Task `id` as it stands, or `TaskNotFound`.
+async fn load_task(shared: &Shared, id: &str) -> Result<Task, A2aError> {
+    shared
+        .load(id)
+        .await?
+        .ok_or_else(|| A2aError::TaskNotFound(truncate(id)))
+}
+
+/// The console's answer to an A2A approval is the message a client answers
+/// with (its data part naming the approval), taken by [`resume`] as a client's is:
+/// the task goes on, and its client sees it in `GetTask` and its stream.
+struct ConsoleAnswers(Shared);
+
+#[async_trait::async_trait]
+impl Answerer for ConsoleAnswers {
+    async fn answer(&self, waiting: &WaitingApproval, answer: approval::Answer) -> Result<(), AnswerError> {
+        let (_, task_id) = waiting.scope_parts();
+        let approval_id = &waiting.asked.approval_id;
+        let decision = json!({
+            "approval_id": approval_id,
+            "approved": answer.approved,
+            "feedback": answer.feedback,
+        });
+        let message = Message {
+            message_id: model::new_id(),
+            task_id: Some(task_id.to_string()),
+            role: Some(model::Role::User),
+            parts: vec![model::Part::data(decision)],
+            ..Message::default()
+        };
+        match resume(&self.0, task_id, message).await {
+            Ok(_) => Ok(()),
+            // The task ended, or no longer waits for this approval.
+            Err(error @ (A2aError::Rpc(_) | A2aError::Unsupported(_) | A2aError::TaskNotFound(_))) => {
+                Err(AnswerError::Lost {
+                    approval_id: approval_id.clone(),
+                    why: error.to_string(),
+                })
+            }
+            Err(error) => Err(AnswerError::Failed(error.to_string())),
+        }
     }
 }

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use super::session::{Attached, Opened, Origin, Session};
 use super::wire::{ApprovalResponse, Inbound, Outbound, UserMessage};
 use super::{HaiError, HaiState, access, fleet, turn, wire};
+use crate::runtime::approval::{Answer, AnswerError, Answerer, WaitingApproval};
 use crate::store::{Collection, now_ms};
 
 /// How long one write to a client may take before the client counts as gone.
@@ -201,18 +202,29 @@ impl Connection {
 
     /// Only a connection bound to the session (its creator, or one that showed the
     /// secret or the session's bearer id) can answer its approvals, on whichever
-    /// node it is connected. The answer that takes the approval's record decides
-    /// it; any other (a second
-    /// answer, one racing it on another node, one after the tool's deadline) is
-    /// told it is unknown. The decision is on disk before the tool may run, since
-    /// the frames that follow tell every client it was taken.
+    /// node it is connected (see [`HaiState::answer_approval`]).
     pub(super) async fn on_approval(&mut self, response: ApprovalResponse) -> Result<(), HaiError> {
         let Some(session) = self.session.as_deref().cloned() else {
             return Err(HaiError::UnknownApproval(response.approval_id));
         };
+        self.shared.answer_approval(&session, response).await
+    }
+}
+
+impl HaiState {
+    /// Decide an approval of `session`: the one answer path, whether a
+    /// connection of the session sent the answer or the operator's console did.
+    /// The answer that takes the approval's record decides it; any other (a
+    /// second answer, one racing it on another node, one after the tool's
+    /// deadline) is told it is unknown. The decision is on disk before the tool
+    /// may run, since the frames that follow tell every client it was taken.
+    pub(super) async fn answer_approval(
+        &self,
+        session: &Session,
+        response: ApprovalResponse,
+    ) -> Result<(), HaiError> {
         let key = fleet::approval_key(&session.id, &response.approval_id);
         let Some(record) = self
-            .shared
             .node
             .store
             .take::<fleet::ApprovalRecord>(Collection::Approvals, &key)
@@ -223,7 +235,6 @@ impl Connection {
         // The waiting tool, when it waits on this node. Held until the decision is
         // recorded: not recorded, not acted on, and dropping it ends the wait as unanswered.
         let local = self
-            .shared
             .node
             .runtime
             .approvals()
@@ -234,15 +245,15 @@ impl Connection {
             "approved": response.approved,
             "feedback": response.feedback,
         });
-        self.shared.append(&session, "approval", entry).await?;
-        self.shared.commit().await?;
+        self.append(session, "approval", entry).await?;
+        self.commit().await?;
         let decided = fleet::Decided {
             session_id: session.id.clone(),
             approval_id: response.approval_id,
             approved: response.approved,
             feedback: response.feedback,
         };
-        let delivered = match (local, self.shared.hub.fleet()) {
+        let delivered = match (local, self.hub.fleet()) {
             (Some(decision), _) => decision.deliver(decided.outcome()),
             // It waits on another node, which takes it from here.
             (None, Some(fleet)) => {
@@ -256,6 +267,36 @@ impl Connection {
             return Err(HaiError::UnknownApproval(decided.approval_id));
         }
         Ok(())
+    }
+}
+
+/// The console's answer to a HAI approval is a `tool_approval_response` of the
+/// session, decided by [`HaiState::answer_approval`] as a connection's is.
+#[async_trait::async_trait]
+impl Answerer for HaiState {
+    async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError> {
+        let (_, session_id) = waiting.scope_parts();
+        let approval_id = waiting.asked.approval_id.clone();
+        let lost = |why: &str| AnswerError::Lost {
+            approval_id: approval_id.clone(),
+            why: why.to_string(),
+        };
+        let Some(session) = self.hub.live(session_id) else {
+            return Err(lost("its session ended"));
+        };
+        let response = ApprovalResponse {
+            approval_id: approval_id.clone(),
+            approved: answer.approved,
+            // As `wire` reads a client's: blank feedback is none.
+            feedback: answer.feedback.filter(|feedback| !feedback.trim().is_empty()),
+        };
+        match self.answer_approval(&session, response).await {
+            Ok(()) => Ok(()),
+            Err(HaiError::UnknownApproval(_)) => {
+                Err(lost("a client of the session answered it, or it timed out"))
+            }
+            Err(error) => Err(AnswerError::Failed(error.to_string())),
+        }
     }
 }
 

@@ -76,6 +76,12 @@ pub fn router(state: NodeState) -> Router {
         refuse: |refusal| HaiError::from(refusal).to_http(),
     };
     let policy = shared.node.browser.clone();
+    // The console answers this transport's approvals while its routes are served.
+    let answering = shared
+        .node
+        .runtime
+        .approvals()
+        .answer_with("hai", std::sync::Arc::new(shared.clone()));
     let router = Router::new()
         .route(&path, get(upgrade))
         .route(&format!("{path}/sessions/{{id}}/history"), get(history))
@@ -86,6 +92,7 @@ pub fn router(state: NodeState) -> Router {
         .route("/hai-cards.js", get(|| javascript(CLIENT_CARDS)))
         .route("/vendor/marked.esm.js", get(|| javascript(VENDOR_MARKED)))
         .route("/vendor/purify.min.js", get(|| javascript(VENDOR_PURIFY)))
-        .with_state(shared);
+        .with_state(shared)
+        .layer(axum::Extension(answering));
     browser::guard(router, policy, browser)
 }

@@ -67,6 +67,12 @@ pub fn router(node: NodeState) -> Router {
     let policy = node.browser.clone();
     let shared = McpState::new(node);
     shared.sweep_idle();
+    // The console answers this transport's approvals while its routes are served.
+    let answering = shared
+        .node
+        .runtime
+        .approvals()
+        .answer_with("mcp", std::sync::Arc::new(tools::ConsoleAnswers(shared.clone())));
     let router = Router::new()
         .route(
             &path,
@@ -75,7 +81,8 @@ pub fn router(node: NodeState) -> Router {
                 .delete(end_session)
                 .layer(DefaultBodyLimit::max(limit)),
         )
-        .with_state(shared);
+        .with_state(shared)
+        .layer(axum::Extension(answering));
     crate::policy::browser::guard(router, policy, browser)
 }
 

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::state::{McpSession, Shared};
 use super::wire::{ElicitAnswer, ToolCallParams, elicit_answer};
 use crate::jsonrpc;
+use crate::runtime::approval::{Answer, AnswerError, Answerer, Decision, WaitingApproval};
 use crate::runtime::manifest::ToolSpec;
 use crate::runtime::{
     ApprovalAsked, ApprovalOutcome, Approver, Exchange, LoadedPlugin, Registry, Risk, ToolError,
@@ -315,6 +316,19 @@ pub async fn answer(shared: &Shared, session: &McpSession, id: &Value, response:
             },
         ),
     };
+    decide(shared, session, decision, action, outcome).await;
+}
+
+/// Record a decision taken for one of `session`'s approvals and release the
+/// waiting call with it: the one way a client's form answer and the
+/// operator's console decide. `false` when the call stopped waiting meanwhile.
+async fn decide(
+    shared: &Shared,
+    session: &McpSession,
+    decision: Decision,
+    action: &str,
+    outcome: ApprovalOutcome,
+) -> bool {
     let (approved, feedback) = match &outcome {
         ApprovalOutcome::Approved => (true, None),
         ApprovalOutcome::Rejected { feedback } => (false, feedback.clone()),
@@ -324,7 +338,47 @@ pub async fn answer(shared: &Shared, session: &McpSession, id: &Value, response:
                        "action": action, "approved": approved, "feedback": feedback});
     // Recorded before the tool may run, as every transport's decision is.
     shared.record(session, "approval", entry).await;
-    decision.deliver(outcome);
+    decision.deliver(outcome)
+}
+
+/// The console's answer to an MCP approval is the client's form accepted with
+/// its choice, decided by [`decide`] as a client's response is; the waiting
+/// `tools/call` is released with the tool's result. The client's form is not
+/// withdrawn: its late response finds nothing to decide.
+pub struct ConsoleAnswers(pub Shared);
+
+#[async_trait::async_trait]
+impl Answerer for ConsoleAnswers {
+    async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError> {
+        let shared = &self.0;
+        let (_, session_id) = waiting.scope_parts();
+        let approval_id = &waiting.asked.approval_id;
+        let lost = |why: &str| AnswerError::Lost {
+            approval_id: approval_id.clone(),
+            why: why.to_string(),
+        };
+        let session = shared
+            .session(session_id)
+            .map_err(|_| lost("its session ended"))?;
+        let decision = shared
+            .node
+            .runtime
+            .approvals()
+            .take(&session.approval_scope(), approval_id)
+            .ok_or_else(|| lost("the client answered it, or it timed out"))?;
+        let outcome = if answer.approved {
+            ApprovalOutcome::Approved
+        } else {
+            ApprovalOutcome::Rejected {
+                feedback: answer.feedback,
+            }
+        };
+        if decide(shared, &session, decision, "accept", outcome).await {
+            Ok(())
+        } else {
+            Err(lost("the call stopped waiting"))
+        }
+    }
 }
 
 /// `elicitation/create`'s parameters: a flat form of primitives, as the
