@@ -81,15 +81,8 @@ fn shared_listener_paths(node: &Config) -> Vec<(&'static str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use figment::Figment;
-    use figment::providers::{Format, Toml};
-
-    use super::super::DEFAULT_TOML;
+    use super::super::tests::with;
     use super::*;
-
-    fn with(toml: &str) -> Result<Config, ConfigError> {
-        Config::from_figment(Figment::from(Toml::string(DEFAULT_TOML)).merge(Toml::string(toml)))
-    }
 
     #[test]
     fn the_console_is_off_until_a_token_is_set() {

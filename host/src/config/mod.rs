@@ -305,11 +305,11 @@ pub fn parse_listen(key: &'static str, value: &str) -> Result<SocketAddr, Config
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with(toml: &str) -> Result<Config, ConfigError> {
+    /// The configuration of the defaults with `toml` over them (the section files' tests use it too).
+    pub(super) fn with(toml: &str) -> Result<Config, ConfigError> {
         Config::from_figment(Figment::from(Toml::string(DEFAULT_TOML)).merge(Toml::string(toml)))
     }
 

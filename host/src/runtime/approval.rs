@@ -487,6 +487,23 @@ mod tests {
         }
     }
 
+    /// Call `c1` of client 10.0.0.1 asking, in a task of its own: its approver, and its wait.
+    fn ask_in_background(
+        approvals: &Approvals,
+    ) -> (
+        Arc<Recorder>,
+        tokio::task::JoinHandle<Result<ApprovalOutcome, Refusal>>,
+    ) {
+        let approver = Arc::new(Recorder::default());
+        let (approvals, asking) = (approvals.clone(), approver.clone());
+        let waiting = tokio::spawn(async move {
+            approvals
+                .ask(asking.as_ref(), Some(&caller("10.0.0.1")), request("c1"))
+                .await
+        });
+        (approver, waiting)
+    }
+
     /// The first waiting approval's id, once it is asked.
     async fn asked_id(approvals: &Approvals) -> String {
         for _ in 0..1_000 {
@@ -501,15 +518,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_from_its_scope_decides_once_and_only_it() {
         let approvals = Approvals::new(&tools(60_000, 4, 16), 32);
-        let approver = Arc::new(Recorder::default());
-        let waiting = {
-            let (approvals, approver) = (approvals.clone(), approver.clone());
-            tokio::spawn(async move {
-                approvals
-                    .ask(approver.as_ref(), Some(&caller("10.0.0.1")), request("c1"))
-                    .await
-            })
-        };
+        let (approver, waiting) = ask_in_background(&approvals);
         let id = asked_id(&approvals).await;
         assert!(id.starts_with("appr_") && id.len() == 37, "{id}");
         assert!(
@@ -556,15 +565,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_from_outside_goes_through_its_transports_answerer_once() {
         let approvals = Approvals::new(&tools(60_000, 4, 16), 32);
-        let approver = Arc::new(Recorder::default());
-        let waiting = {
-            let (approvals, approver) = (approvals.clone(), approver.clone());
-            tokio::spawn(async move {
-                approvals
-                    .ask(approver.as_ref(), Some(&caller("10.0.0.1")), request("c1"))
-                    .await
-            })
-        };
+        let (approver, waiting) = ask_in_background(&approvals);
         let id = asked_id(&approvals).await;
         let reject = Answer {
             approved: false,
