@@ -9,9 +9,10 @@
 //! ends at the first of its own end and [`Background::stop`], which waits
 //! for all of them within the time it is given (the node's drain deadline).
 //! The node stops them only after its requests have drained, so a plugin call
-//! still running then is cut at its next await: its instance is dropped, and
-//! what it was for says so (an A2A task left working reads as failed, from
-//! the store, after a restart; a HAI turn's socket has closed already).
+//! still running then is cut at its next await and its instance dropped. What
+//! it was for stays consistent: an A2A task left working reads as failed, from
+//! the store, after a restart; a HAI turn sends no more frames, and its
+//! session's history keeps what was committed before.
 //! Work a response owns (a stream's feeder, a WebSocket's writer) is not
 //! here: it ends with its response.
 
