@@ -143,6 +143,19 @@ pub struct Answer {
     pub feedback: Option<String>,
 }
 
+impl Answer {
+    /// What the waiting tool is told, as from its own client.
+    pub fn outcome(self) -> ApprovalOutcome {
+        if self.approved {
+            ApprovalOutcome::Approved
+        } else {
+            ApprovalOutcome::Rejected {
+                feedback: self.feedback,
+            }
+        }
+    }
+}
+
 /// Why [`Approvals::answer`] decided nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
@@ -158,6 +171,16 @@ pub enum AnswerError {
     /// The transport's answer path failed (the store, say); nothing was decided.
     #[error("{0}")]
     Failed(String),
+}
+
+impl AnswerError {
+    /// `waiting` was decided by something else first, for the reason `why`.
+    pub fn lost(waiting: &WaitingApproval, why: impl Into<String>) -> AnswerError {
+        AnswerError::Lost {
+            approval_id: waiting.asked.approval_id.clone(),
+            why: why.into(),
+        }
+    }
 }
 
 /// How a transport decides one of its approvals for someone other than its
@@ -545,20 +568,12 @@ mod tests {
     #[async_trait::async_trait]
     impl Answerer for TakesItsOwn {
         async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError> {
-            let id = &waiting.asked.approval_id;
-            let lost = || AnswerError::Lost {
-                approval_id: id.clone(),
-                why: "taken".into(),
-            };
-            let decision = self.approvals.take(&waiting.scope, id).ok_or_else(lost)?;
-            let outcome = if answer.approved {
-                ApprovalOutcome::Approved
-            } else {
-                ApprovalOutcome::Rejected {
-                    feedback: answer.feedback,
-                }
-            };
-            decision.deliver(outcome).then_some(()).ok_or_else(lost)
+            let lost = || AnswerError::lost(waiting, "taken");
+            let decision = self
+                .approvals
+                .take(&waiting.scope, &waiting.asked.approval_id)
+                .ok_or_else(lost)?;
+            decision.deliver(answer.outcome()).then_some(()).ok_or_else(lost)
         }
     }
 

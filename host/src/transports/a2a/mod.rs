@@ -728,27 +728,25 @@ struct ConsoleAnswers(Shared);
 impl Answerer for ConsoleAnswers {
     async fn answer(&self, waiting: &WaitingApproval, answer: approval::Answer) -> Result<(), AnswerError> {
         let (_, task_id) = waiting.scope_parts();
-        let approval_id = &waiting.asked.approval_id;
-        let decision = json!({
-            "approval_id": approval_id,
-            "approved": answer.approved,
-            "feedback": answer.feedback,
-        });
+        // The part the node's own A2A client sends to answer an approval.
+        let part = crate::peers::a2a::approval_answer(
+            &waiting.asked.approval_id,
+            answer.approved,
+            answer.feedback.as_deref(),
+        );
+        let part = serde_json::from_value(part).map_err(|error| AnswerError::Failed(error.to_string()))?;
         let message = Message {
             message_id: model::new_id(),
             task_id: Some(task_id.to_string()),
             role: Some(model::Role::User),
-            parts: vec![model::Part::data(decision)],
+            parts: vec![part],
             ..Message::default()
         };
         match resume(&self.0, task_id, message).await {
             Ok(_) => Ok(()),
             // The task ended, or no longer waits for this approval.
             Err(error @ (A2aError::Rpc(_) | A2aError::Unsupported(_) | A2aError::TaskNotFound(_))) => {
-                Err(AnswerError::Lost {
-                    approval_id: approval_id.clone(),
-                    why: error.to_string(),
-                })
+                Err(AnswerError::lost(waiting, error.to_string()))
             }
             Err(error) => Err(AnswerError::Failed(error.to_string())),
         }

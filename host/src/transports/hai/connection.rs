@@ -276,25 +276,20 @@ impl HaiState {
 impl Answerer for HaiState {
     async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError> {
         let (_, session_id) = waiting.scope_parts();
-        let approval_id = waiting.asked.approval_id.clone();
-        let lost = |why: &str| AnswerError::Lost {
-            approval_id: approval_id.clone(),
-            why: why.to_string(),
-        };
         let Some(session) = self.hub.live(session_id) else {
-            return Err(lost("its session ended"));
+            return Err(AnswerError::lost(waiting, "its session ended"));
         };
         let response = ApprovalResponse {
-            approval_id: approval_id.clone(),
+            approval_id: waiting.asked.approval_id.clone(),
             approved: answer.approved,
-            // As `wire` reads a client's: blank feedback is none.
-            feedback: answer.feedback.filter(|feedback| !feedback.trim().is_empty()),
+            feedback: wire::given_feedback(answer.feedback),
         };
         match self.answer_approval(&session, response).await {
             Ok(()) => Ok(()),
-            Err(HaiError::UnknownApproval(_)) => {
-                Err(lost("a client of the session answered it, or it timed out"))
-            }
+            Err(HaiError::UnknownApproval(_)) => Err(AnswerError::lost(
+                waiting,
+                "a client of the session answered it, or it timed out",
+            )),
             Err(error) => Err(AnswerError::Failed(error.to_string())),
         }
     }

@@ -148,7 +148,7 @@ fn parse_approval_response(mut fields: Map<String, Value>) -> Result<ApprovalRes
     let feedback = match fields.remove("feedback") {
         None | Some(Value::Null) => None,
         Some(Value::String(feedback)) if feedback.chars().count() <= MAX_FEEDBACK_CHARS => {
-            Some(feedback).filter(|f| !f.trim().is_empty())
+            given_feedback(Some(feedback))
         }
         Some(_) => {
             return Err(HaiError::InvalidMessage(format!(
@@ -279,6 +279,11 @@ impl Status {
             _ => None,
         }
     }
+}
+
+/// Feedback as an approval records it: blank feedback is none.
+pub(super) fn given_feedback(feedback: Option<String>) -> Option<String> {
+    feedback.filter(|feedback| !feedback.trim().is_empty())
 }
 
 #[cfg(test)]

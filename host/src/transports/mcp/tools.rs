@@ -352,11 +352,7 @@ impl Answerer for ConsoleAnswers {
     async fn answer(&self, waiting: &WaitingApproval, answer: Answer) -> Result<(), AnswerError> {
         let shared = &self.0;
         let (_, session_id) = waiting.scope_parts();
-        let approval_id = &waiting.asked.approval_id;
-        let lost = |why: &str| AnswerError::Lost {
-            approval_id: approval_id.clone(),
-            why: why.to_string(),
-        };
+        let lost = |why: &str| AnswerError::lost(waiting, why);
         let session = shared
             .session(session_id)
             .map_err(|_| lost("its session ended"))?;
@@ -364,16 +360,9 @@ impl Answerer for ConsoleAnswers {
             .node
             .runtime
             .approvals()
-            .take(&session.approval_scope(), approval_id)
+            .take(&session.approval_scope(), &waiting.asked.approval_id)
             .ok_or_else(|| lost("the client answered it, or it timed out"))?;
-        let outcome = if answer.approved {
-            ApprovalOutcome::Approved
-        } else {
-            ApprovalOutcome::Rejected {
-                feedback: answer.feedback,
-            }
-        };
-        if decide(shared, &session, decision, "accept", outcome).await {
+        if decide(shared, &session, decision, "accept", answer.outcome()).await {
             Ok(())
         } else {
             Err(lost("the call stopped waiting"))
