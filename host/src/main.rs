@@ -100,17 +100,21 @@ enum ProtocolCommand {
 }
 
 fn init_logging(format: LogFormat, level: &str) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("{level},cranelift=warn,wasmtime=warn"))
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let writer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // The console's log view: the same events as the log, warnings and errors only.
+    let subscriber = tracing_subscriber::registry()
+        .with(filter)
+        .with(agora_node::logging::recent::RecentLayer);
     match format {
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => subscriber.with(writer.json()).init(),
         // Untrusted text (model errors, plugin output, client values) stays on its event's line.
-        LogFormat::Human => builder
-            .fmt_fields(agora_node::logging::EscapedFields::default())
+        LogFormat::Human => subscriber
+            .with(writer.fmt_fields(agora_node::logging::EscapedFields::default()))
             .init(),
     }
 }

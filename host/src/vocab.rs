@@ -8,8 +8,18 @@
 //! The WIT bindings mirror some of these types; the runtime converts between
 //! the two at its edge.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// Now, in Unix milliseconds: the one clock of stored records, deadlines and the console's charts.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
 
 /// The wire protocol a message arrived on (mirrors `types.transport`, which
 /// has no `a2a` case: see [`crate::runtime::bindings`]).

@@ -10,6 +10,7 @@ use super::{ConfigError, invalid, parse_listen};
 macro_rules! endpoint_of {
     ($section:literal, $config:expr) => {
         $crate::config::Endpoint {
+            protocol: $section,
             enabled: $config.enabled,
             listen: (concat!($section, ".listen"), &$config.listen),
             path: Some((concat!($section, ".path"), &$config.path)),
@@ -17,6 +18,7 @@ macro_rules! endpoint_of {
     };
     ($section:literal, $config:expr, fixed_paths) => {
         $crate::config::Endpoint {
+            protocol: $section,
             enabled: $config.enabled,
             listen: (concat!($section, ".listen"), &$config.listen),
             path: None,
@@ -28,6 +30,8 @@ pub(super) use endpoint_of;
 /// One transport's place on the node, read from its section.
 #[derive(Debug, Clone, Copy)]
 pub struct Endpoint<'a> {
+    /// The protocol's name: its section's, and its label in the console's charts.
+    pub protocol: &'static str,
     pub enabled: bool,
     /// Its own listener (its key, its value); an empty value shares the node's `listen`.
     pub listen: (&'static str, &'a str),

@@ -31,6 +31,10 @@ pub const MAX_FEEDBACK_CHARS: usize = crate::transports::hai::wire::MAX_FEEDBACK
 pub const MAX_BODY_BYTES: usize = MAX_FEEDBACK_CHARS * 4 + 1024;
 
 pub async fn list(State(node): State<NodeState>) -> Json<Value> {
+    Json(list_of(&node))
+}
+
+pub fn list_of(node: &NodeState) -> Value {
     let now = now_ms();
     let rows: Vec<Value> = node
         .runtime
@@ -39,7 +43,7 @@ pub async fn list(State(node): State<NodeState>) -> Json<Value> {
         .iter()
         .map(|waiting| listed(waiting, now))
         .collect();
-    Json(json!({ "approvals": rows }))
+    json!({ "approvals": rows })
 }
 
 /// A waiting approval as the console shows it; `scope` names who may answer it

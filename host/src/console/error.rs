@@ -17,6 +17,13 @@ pub enum ConsoleError {
     Browser(#[from] BrowserRefusal),
     #[error("Bad request: {0}")]
     BadRequest(String),
+    #[error("Not found: {0}")]
+    NotFound(String),
+    /// The node could not do what was asked (a file it could not write, say).
+    #[error("Failed: {0}")]
+    Failed(String),
+    #[error("Service Unavailable: {0}")]
+    Unavailable(String),
     /// The body could not be read as the route's JSON (axum's rejection, with its status).
     #[error("{message}")]
     Body { status: StatusCode, message: String },
@@ -32,6 +39,9 @@ impl ConsoleError {
             ConsoleError::Browser(BrowserRefusal::Origin { .. }) => StatusCode::FORBIDDEN,
             ConsoleError::Browser(BrowserRefusal::NotJson) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
+            ConsoleError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ConsoleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ConsoleError::Body { status, .. } => *status,
             ConsoleError::Answer(AnswerError::Unknown(_)) => StatusCode::NOT_FOUND,
             ConsoleError::Answer(AnswerError::Lost { .. }) => StatusCode::CONFLICT,

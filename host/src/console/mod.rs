@@ -1,21 +1,26 @@
 //! The operator's console: one place an operator sees and steers the node,
 //! instead of curl against each protocol's endpoint and an approval answerable
-//! only from the client that asked. This first slice is its JSON API under
-//! `console.path` on the shared listener (the page comes later):
+//! only from the client that asked. A page at `{console.path}/` ([`page`])
+//! over a JSON API under `{console.path}/api/` that scripts can use too:
 //!
-//! - `GET {path}/api/overview`: version, uptime, the store and whether it
-//!   answers, every transport's endpoint, the plugin counts ([`overview`]);
-//! - `GET {path}/api/plugins`: one row per plugin file ([`overview`]);
-//! - `GET {path}/api/approvals`: every approval waiting for a human, from HAI,
-//!   A2A and MCP alike, and `POST {path}/api/approvals/{id}` to answer one as
-//!   its own client would ([`approvals`]).
+//! - `overview` and `series`: version, uptime, the store and whether it
+//!   answers, every transport's endpoint and its last fifteen minutes
+//!   ([`overview`]);
+//! - `plugins`: one row per plugin file with its call counts; a plugin's
+//!   manifest; upload and removal ([`plugins`]);
+//! - `approvals`: every approval waiting for a human, from HAI, A2A and MCP
+//!   alike, answerable as its own client would ([`approvals`]);
+//! - `log`: the last warnings and errors ([`log`]);
+//! - `events`: the page's one live stream of all of these ([`events`]).
 //!
 //! It reads and steers through the node's shared modules and never keeps a
 //! second copy of a policy: the approvals are [`crate::runtime::approval`]'s
-//! table, answered through each transport's own answer path; the token check
-//! is [`crate::transports::bearer_authorized`]; the browser policy is
-//! [`crate::policy::browser`]'s, as for every transport ([`access`]). Errors
-//! are [`ConsoleError`], JSON `{"error": …}` with a status, mapped in one place.
+//! table, answered through each transport's own answer path; an upload is the
+//! runtime's own reload of a file in its folder; the token check is
+//! [`crate::transports::bearer_authorized`]; the browser policy is
+//! [`crate::policy::browser`]'s, as for every transport, and the page's
+//! content security policy [`crate::policy::page`]'s ([`access`]). Errors are
+//! [`ConsoleError`], JSON `{"error": …}` with a status, mapped in one place.
 //!
 //! Off until `console.token` is set (`AGORA_CONSOLE__TOKEN`): then nothing is
 //! mounted, and every console path is the listener's plain 404.
@@ -23,11 +28,16 @@
 mod access;
 mod approvals;
 mod error;
+mod events;
+mod log;
 mod overview;
+mod page;
+mod plugins;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
+use axum::Extension;
 use axum::routing::{get, post};
 
 pub use self::error::ConsoleError;
@@ -50,18 +60,53 @@ pub fn router(node: NodeState) -> Router {
         json_rpc: true,
         refuse: |refusal| ConsoleError::from(refusal).into_response(),
     };
-    let router = Router::new()
+    let upload_limit = larger_bodies(&node.config)
+        .first()
+        .map_or(0, |larger| usize::try_from(larger.max_body_bytes).unwrap_or(usize::MAX));
+    let api: Router<NodeState> = Router::new()
         .route(&format!("{base}/api/overview"), get(overview::overview))
-        .route(&format!("{base}/api/plugins"), get(overview::plugins))
+        .route(&format!("{base}/api/series"), get(overview::series))
+        .route(&format!("{base}/api/plugins"), get(plugins::list))
+        .route(
+            &format!("{base}/api/plugins/{{name}}"),
+            get(plugins::show)
+                .put(plugins::upload)
+                .delete(plugins::remove)
+                .layer(DefaultBodyLimit::max(upload_limit)),
+        )
         .route(&format!("{base}/api/approvals"), get(approvals::list))
         .route(
             &format!("{base}/api/approvals/{{id}}"),
             post(approvals::answer).layer(DefaultBodyLimit::max(approvals::MAX_BODY_BYTES)),
         )
+        .route(&format!("{base}/api/log"), get(log::list))
+        .route(&format!("{base}/api/events"), get(events::events))
+        .layer(Extension(events::Streams::default()))
         .route_layer(axum::middleware::from_fn_with_state(
             node.clone(),
             access::require_token,
-        ))
+        ));
+    let redirect_to = base.clone();
+    let router = api
+        .route(&base, get(move || async move { page::to_the_page(&redirect_to) }))
+        .route(&format!("{base}/"), get(page::page))
+        .route(&format!("{base}/console.js"), get(page::script))
+        .route(&format!("{base}/console.css"), get(page::style))
+        .route(&format!("{base}/vendor/uPlot.iife.min.js"), get(page::uplot))
+        .route(&format!("{base}/vendor/uPlot.min.css"), get(page::uplot_style))
         .with_state(node);
     browser::guard(router, policy, guarded)
+}
+
+/// The console's plugin upload takes a plugin file (`plugins.max_file_mb`),
+/// more than the listener's `http.max_body_bytes`; nothing else does.
+pub fn larger_bodies(config: &crate::config::Config) -> Vec<crate::listener::LargerBodies> {
+    if !config.console.is_served() {
+        return Vec::new();
+    }
+    vec![crate::listener::LargerBodies {
+        method: axum::http::Method::PUT,
+        path_prefix: format!("{}/api/plugins/", config.console.path.trim_end_matches('/')),
+        max_body_bytes: config.plugins.max_file_mb << 20,
+    }]
 }

@@ -1,12 +1,12 @@
-//! What the node is and runs: `GET {path}/api/overview` and
-//! `GET {path}/api/plugins`.
+//! What the node is and does: `GET {path}/api/overview`, and the charts'
+//! `GET {path}/api/series`.
 //!
-//! Both read what `/health` reads — the runtime's plugin status (its content
+//! The overview reads what `/health` reads — the runtime's plugin status (its content
 //! hashes included), the store's own ping, the node's start — and the
 //! transports' endpoints from [`TRANSPORTS`], the table the node mounts them
 //! from; nothing is counted a second way. Unlike `/health`, which is public,
-//! this is the operator's: plugin files keep their full paths, errors their
-//! whole text.
+//! this is the operator's: errors keep their whole text. The series are
+//! [`crate::metrics::recent`]'s, one per transport.
 
 use axum::Json;
 use axum::extract::State;
@@ -14,14 +14,20 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::node::state::NodeState;
-use crate::runtime::{LoadState, PluginStatus, Registry};
+use crate::metrics::recent::{SLOT_MS, SLOTS};
+use crate::runtime::LoadState;
+use crate::store::now_ms;
 use crate::transports::TRANSPORTS;
 
 pub async fn overview(State(node): State<NodeState>) -> Json<Value> {
+    Json(overview_of(&node).await)
+}
+
+pub async fn overview_of(node: &NodeState) -> Value {
     let store_error = node.store.unavailable().await;
     let plugins = node.runtime.status();
     let count = |state: LoadState| plugins.iter().filter(|plugin| plugin.state == state).count();
-    Json(json!({
+    json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_ms": node.started.elapsed().as_millis() as u64,
         "store": {
@@ -38,7 +44,7 @@ pub async fn overview(State(node): State<NodeState>) -> Json<Value> {
             "starting": node.runtime.is_starting(),
         },
         "approvals_waiting": node.runtime.approvals().waiting().len(),
-    }))
+    })
 }
 
 /// Every transport the node speaks: served or not, where, and at which path
@@ -48,15 +54,14 @@ fn transports(config: &Config) -> Vec<Value> {
         .iter()
         .map(|transport| {
             let endpoint = (transport.endpoint)(config);
-            let (listen_key, own_listen) = endpoint.listen;
-            let name = listen_key.split('.').next().unwrap_or(listen_key);
+            let (_, own_listen) = endpoint.listen;
             let listen = if own_listen.is_empty() {
                 config.listen.as_str()
             } else {
                 own_listen
             };
             json!({
-                "name": name,
+                "name": endpoint.protocol,
                 "enabled": endpoint.enabled,
                 "listen": listen,
                 "own_listener": !own_listen.is_empty(),
@@ -66,43 +71,24 @@ fn transports(config: &Config) -> Vec<Value> {
         .collect()
 }
 
-pub async fn plugins(State(node): State<NodeState>) -> Json<Value> {
-    let registry = node.runtime.registry();
-    let mut rows = Vec::new();
-    for status in node.runtime.status() {
-        // The file as it is on disk now; a failed or removed file may have none.
-        let size = tokio::fs::metadata(&status.file)
-            .await
-            .ok()
-            .map(|meta| meta.len());
-        rows.push(plugin_row(&registry, status, size));
-    }
-    Json(json!({ "plugins": rows }))
+/// Every transport's last fifteen minutes: requests, errors, p50 and p99 per five seconds.
+pub async fn series(State(node): State<NodeState>) -> Json<Value> {
+    Json(series_of(&node))
 }
 
-/// One plugin file: its status as `/health` has it, its size, and the tools
-/// of the version serving with their risk.
-fn plugin_row(registry: &Registry, status: PluginStatus, size: Option<u64>) -> Value {
-    let tools: Vec<Value> = registry
-        .by_file(std::path::Path::new(&status.file))
-        .map(|plugin| {
-            plugin
-                .manifest
-                .tools
-                .iter()
-                .map(|tool| json!({"name": tool.name, "risk": tool.risk.as_str(), "description": tool.description}))
-                .collect()
+pub fn series_of(node: &NodeState) -> Value {
+    let now = now_ms();
+    let recent = &node.runtime.metrics().recent;
+    let transports: Vec<Value> = TRANSPORTS
+        .iter()
+        .map(|transport| {
+            let name = (transport.endpoint)(&node.config).protocol;
+            json!({"name": name, "points": recent.series(name, now)})
         })
-        .unwrap_or_default();
+        .collect();
     json!({
-        "name": status.name,
-        "version": status.version,
-        "file": status.file,
-        "size": size,
-        "sha256": status.content_sha256,
-        "state": status.state,
-        "error": status.error,
-        "routes": status.routes,
-        "tools": tools,
+        "interval_ms": SLOT_MS,
+        "window_ms": SLOT_MS * SLOTS,
+        "transports": transports,
     })
 }

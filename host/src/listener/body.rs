@@ -10,7 +10,10 @@
 //! A body declared (`Content-Length`) larger than `http.max_body_bytes` is
 //! replaced by one that fails at once with the length-limit error, so the
 //! transport's own body extractor answers 413 in the protocol's own shape before
-//! any authentication or parsing work. A client that asked `Expect:
+//! any authentication or parsing work. The one route that takes more (the
+//! console's plugin upload, a `.wasm` of up to `plugins.max_file_mb`) is listed
+//! in [`BodyLimits::larger`] by the node and checked against its own bound
+//! here the same way. A client that asked `Expect:
 //! 100-continue` never sends such a body: hyper only sends `100 Continue` when
 //! the body is first read, and this one never is.
 
@@ -34,8 +37,28 @@ use crate::metrics::{Metrics, ReasonLabels};
 #[derive(Clone, Debug)]
 pub struct BodyLimits {
     pub max_body_bytes: u64,
+    /// Routes that take larger bodies than `max_body_bytes`.
+    pub larger: Vec<LargerBodies>,
     pub discard_bytes: u64,
     pub discard_timeout: Duration,
+}
+
+/// Requests of `method` whose path starts with `path_prefix` may send up to `max_body_bytes`.
+#[derive(Clone, Debug)]
+pub struct LargerBodies {
+    pub method: axum::http::Method,
+    pub path_prefix: String,
+    pub max_body_bytes: u64,
+}
+
+impl BodyLimits {
+    /// The largest body `parts`' request may send.
+    pub fn limit_for(&self, parts: &Parts) -> u64 {
+        self.larger
+            .iter()
+            .find(|larger| parts.method == larger.method && parts.uri.path().starts_with(&larger.path_prefix))
+            .map_or(self.max_body_bytes, |larger| larger.max_body_bytes)
+    }
 }
 
 /// The body a handler gets, and what the listener must do with the rest once
@@ -65,7 +88,8 @@ pub fn guard(parts: &Parts, incoming: Incoming, limits: &BodyLimits, metrics: &M
             leftover: Leftover::Nothing,
         };
     }
-    if let Some(declared) = content_length(&parts.headers).filter(|n| *n > limits.max_body_bytes) {
+    let limit = limits.limit_for(parts);
+    if let Some(declared) = content_length(&parts.headers).filter(|n| *n > limit) {
         metrics
             .bodies_refused
             .get_or_create(&ReasonLabels { reason: "declared" })

@@ -53,7 +53,7 @@ use tower::ServiceExt;
 use crate::config::HttpConfig;
 use crate::metrics::Metrics;
 
-pub use body::BodyLimits;
+pub use body::{BodyLimits, LargerBodies};
 pub use caps::ConnectionCaps;
 pub use tls::{Tls, TlsError};
 
@@ -73,6 +73,7 @@ impl ListenerLimits {
             caps: ConnectionCaps::new(http.max_connections, http.max_connections_per_ip, metrics.clone()),
             body: BodyLimits {
                 max_body_bytes: http.max_body_bytes as u64,
+                larger: Vec::new(),
                 discard_bytes: http.discard_body_bytes,
                 discard_timeout: Duration::from_millis(http.discard_timeout_ms),
             },
@@ -80,6 +81,12 @@ impl ListenerLimits {
             max_header_bytes: http.max_header_bytes,
             metrics,
         }
+    }
+
+    /// These limits, with `larger` routes taking larger bodies than `http.max_body_bytes`.
+    pub fn with_larger_bodies(mut self, larger: Vec<LargerBodies>) -> ListenerLimits {
+        self.body.larger = larger;
+        self
     }
 }
 

@@ -131,7 +131,9 @@ impl Node {
             let endpoint = (transport.endpoint)(&config);
             if endpoint.enabled {
                 let (key, listen) = endpoint.listen;
-                mount(key, listen, (transport.router)(state.clone()))?;
+                let metrics = state.runtime.metrics().clone();
+                let router = observe::protocol(endpoint.protocol, metrics, (transport.router)(state.clone()));
+                mount(key, listen, router)?;
             }
         }
 
@@ -161,7 +163,8 @@ impl Node {
         Ok(Node {
             state,
             listeners,
-            limits: ListenerLimits::new(&config.http, metrics),
+            limits: ListenerLimits::new(&config.http, metrics)
+                .with_larger_bodies(crate::console::larger_bodies(&config)),
             tls,
             _watcher: Some(watcher),
         })

@@ -8,6 +8,9 @@
 //! raw paths are unbounded and chosen by whoever sends them), so a plugin's log
 //! lines during the call carry the request id. Bodies are never logged.
 //!
+//! Each transport's router is also wrapped in [`protocol`], which counts its
+//! requests for the console's per-protocol charts ([`crate::metrics::recent`]).
+//!
 //! These layers sit outside the body limit and the timeout, so the 413s and
 //! 408s the node's own layers answer are counted and logged like any other.
 
@@ -46,6 +49,23 @@ pub fn layer(router: Router, metrics: Metrics) -> Router {
             )
             .layer(middleware::from_fn_with_state(metrics, count)),
     )
+}
+
+/// `router`, one protocol's routes, with every request counted under `protocol`
+/// for the console: a refusal (4xx) or failure (5xx) counts as an error.
+pub fn protocol(protocol: &'static str, metrics: Metrics, router: Router) -> Router {
+    router.layer(middleware::from_fn(move |request: Request, next: Next| {
+        let metrics = metrics.clone();
+        async move {
+            let started = Instant::now();
+            let response = next.run(request).await;
+            let failed = response.status().as_u16() >= 400;
+            metrics
+                .recent
+                .observe_request(protocol, failed, started.elapsed(), crate::vocab::now_ms());
+            response
+        }
+    }))
 }
 
 /// A client's id is kept only as a short token of `[A-Za-z0-9._:-]`; anything

@@ -13,10 +13,13 @@
 //!   counted and weighed per client and in total, in this process's memory.
 //! - [`browser`]: which web pages and `Host` names may reach the endpoints a
 //!   browser can load or call, and that JSON-RPC bodies are JSON.
+//! - [`page`]: what the node's own pages may do once loaded (their content
+//!   security policy), and the headers each embedded file is served with.
 
 pub mod admission;
 pub mod browser;
 pub mod ledger;
+pub mod page;
 pub mod quota;
 pub mod rate;
 

@@ -204,6 +204,8 @@ struct Entry {
 struct Inner {
     timeout: Duration,
     waiting: Mutex<HashMap<String, Entry>>,
+    /// Bumped after every change of `waiting`: the console's live queue.
+    changes: tokio::sync::watch::Sender<u64>,
     /// Each transport's answerer, by the transport part of a scope; held weakly (see [`Approvals::answer_with`]).
     answerers: Mutex<HashMap<&'static str, Weak<dyn Answerer>>>,
     by_client: Admission<String>,
@@ -243,6 +245,7 @@ impl Approvals {
             inner: Arc::new(Inner {
                 timeout: Duration::from_millis(tools.approval_timeout_ms),
                 waiting: Mutex::new(HashMap::new()),
+                changes: tokio::sync::watch::Sender::new(0),
                 answerers: Mutex::new(HashMap::new()),
                 by_client: Admission::new(share(
                     tools.max_waiting_approvals_per_client,
@@ -301,6 +304,7 @@ impl Approvals {
                 reply,
             },
         );
+        self.changed();
         let mut wait = Wait {
             approvals: self,
             approver,
@@ -344,6 +348,8 @@ impl Approvals {
             return None;
         }
         let entry = waiting.remove(approval_id)?;
+        drop(waiting);
+        self.changed();
         Some(Decision {
             reply: entry.reply,
             asked: entry.listed.asked,
@@ -370,6 +376,9 @@ impl Approvals {
                 .collect();
             ids.iter().filter_map(|id| waiting.remove(id)).collect()
         };
+        if !ended.is_empty() {
+            self.changed();
+        }
         for entry in ended {
             let _ = entry.reply.send(outcome.clone());
         }
@@ -389,7 +398,20 @@ impl Approvals {
     }
 
     fn remove(&self, approval_id: &str) -> bool {
-        self.inner.waiting.lock().remove(approval_id).is_some()
+        let removed = self.inner.waiting.lock().remove(approval_id).is_some();
+        if removed {
+            self.changed();
+        }
+        removed
+    }
+
+    /// A receiver that sees every change of the approvals waiting, after it took effect.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.inner.changes.send_modify(|generation| *generation += 1);
     }
 
     /// Have `answerer` decide, for [`Approvals::answer`], the approvals whose

@@ -250,7 +250,10 @@ impl Runtime {
         {
             return Ok(None);
         }
+        let language = toolchain_language(&bytes);
+        let compiling = Instant::now();
         let pre = self.compile(file, bytes).await?;
+        let compile_ms = compiling.elapsed().as_millis() as u64;
         // Absent for plugins built for the world `plugin` alone: they have no capabilities.
         let agent = AgentIndices::new(pre.instance_pre()).ok();
         let manifest_error = |message| LoadError::Manifest {
@@ -291,6 +294,8 @@ impl Runtime {
             manifest,
             content_hash,
             loaded_at_ms: crate::store::now_ms(),
+            compile_ms,
+            language,
             capabilities,
             pre,
             exports,
@@ -436,4 +441,21 @@ fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
         });
     }
     Ok(bytes)
+}
+
+/// The language a component was written in, by the marks its toolchain leaves
+/// in it: componentize-py and ComponentizeJS name themselves in the component
+/// (both embed runtimes built from Rust and C, so the producers section alone
+/// would say "Rust"); else rustc's line in the producers section.
+fn toolchain_language(bytes: &[u8]) -> Option<&'static str> {
+    let has = |mark: &[u8]| bytes.windows(mark.len()).any(|window| window == mark);
+    if has(b"componentize-py") {
+        Some("python")
+    } else if has(b"ComponentizeJS") {
+        Some("javascript")
+    } else if has(b"\x05rustc") {
+        Some("rust")
+    } else {
+        None
+    }
 }

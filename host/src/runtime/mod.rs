@@ -89,6 +89,10 @@ pub struct LoadedPlugin {
     /// SHA-256 of the `.wasm` file, hex.
     pub content_hash: String,
     pub loaded_at_ms: u64,
+    /// How long compiling it took (or loading it from the compile cache).
+    pub compile_ms: u64,
+    /// `rust`, `python` or `javascript`, when its toolchain says ([`loader`]).
+    pub language: Option<&'static str>,
     /// What the plugin asks beyond answering messages (its optional `extensions` export).
     pub capabilities: capabilities::Capabilities,
     pre: PluginPre<instance::PluginState>,

@@ -29,7 +29,6 @@ pub mod sled;
 mod tests;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -264,12 +263,8 @@ fn value_of<T: DeserializeOwned>(entry: Option<backend::RawEntry>) -> Result<Opt
     }
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+/// Kept at its old path for the store's callers; it lives in [`crate::vocab`].
+pub use crate::vocab::now_ms;
 
 impl Store {
     pub fn new(backend: Arc<dyn Backend>) -> Store {

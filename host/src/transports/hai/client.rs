@@ -2,8 +2,7 @@
 //! and styles, served from the binary with a strict content security policy.
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::HaiState;
 
@@ -29,17 +28,5 @@ pub(super) async fn javascript(source: &'static str) -> Response {
 }
 
 pub(super) fn static_file(content_type: &'static str, body: String) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CACHE_CONTROL, "no-cache"),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:",
-            ),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        ],
-        body,
-    )
-        .into_response()
+    crate::policy::page::embedded(crate::policy::page::CHAT, content_type, body)
 }

@@ -53,7 +53,16 @@ pub async fn run(
 ) {
     let _turn = session.turn.lock().await;
     let client = origin.ip;
-    if let Err(error) = answer(&shared, &session, origin, &message).await {
+    let started = std::time::Instant::now();
+    let answered = answer(&shared, &session, origin, &message).await;
+    // A turn is the WebSocket's request: the console's HAI chart counts it like an HTTP one.
+    shared.node.runtime.metrics().recent.observe_request(
+        "hai",
+        answered.is_err(),
+        started.elapsed(),
+        crate::vocab::now_ms(),
+    );
+    if let Err(error) = answered {
         error.log("turn");
         session.publish(&error.to_frame());
     }

@@ -3,9 +3,13 @@
 //! the listeners' open and refused connections, and HTTP requests by route
 //! template, method and status.
 //!
+//! The console's charts read [`recent`], which the same calls feed.
+//!
 //! Every label value comes from a bounded set: routes are the templates the
 //! node mounts (or `unmatched`), never a raw path a client chose; methods are
 //! the standard ones (or `other`).
+
+pub mod recent;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use self::recent::Recent;
 use crate::vocab::InvokeError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -135,6 +140,8 @@ pub struct MetricFamilies {
     pub plugin_http: Family<PluginOutcomeLabels, Counter>,
     /// Plugins' scheduled runs by outcome (`ok`, `failed`, `skipped` while the previous ran).
     pub schedule_runs: Family<PluginOutcomeLabels, Counter>,
+    /// The last fifteen minutes, for the console ([`recent`]).
+    pub recent: Recent,
 }
 
 impl Default for Metrics {
@@ -258,6 +265,7 @@ impl Metrics {
             reloads,
             traps,
             events_dropped,
+            recent: Recent::default(),
         }))
     }
 
@@ -292,6 +300,8 @@ impl Metrics {
                 plugin: plugin.into(),
             })
             .observe(elapsed.as_secs_f64());
+        self.recent
+            .observe_call(plugin, outcome, elapsed, crate::vocab::now_ms());
     }
 
     /// Count one language-model call of `plugin` that ended with `outcome`.

@@ -12,9 +12,14 @@
 //! place, so no call site has to remember which of its values are untrusted.
 //! The JSON format needs none of this: its strings escape control characters.
 //!
+//! [`recent`] keeps the last warnings and errors for the operator's console,
+//! escaped the same way.
+//!
 //! The event's own parts (time, level, target, span names) are the node's
 //! static text and keep their colours on a terminal; field names lose their
 //! italics there, as any escape sequence inside the fields is written out.
+
+pub mod recent;
 
 use std::fmt;
 
