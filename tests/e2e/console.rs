@@ -11,14 +11,14 @@ use serde_json::{Value, json};
 
 use crate::hai::{Client, history, position, request_report, session_id, streamed_text};
 use crate::support::{
-    self, HttpReply, NodeBuilder, RawReply, RawRequest, TestNode, get, get_with_headers, post_with_headers,
-    raw_exchange,
+    self, HttpReply, NodeBuilder, RawReply, RawRequest, TestNode, delete_with_headers, get, get_with_headers,
+    post_with_headers, put_with_headers, raw_exchange,
 };
 
-const TOKEN: &str = "console-token-for-the-e2e-tests";
+pub(crate) const TOKEN: &str = "console-token-for-the-e2e-tests";
 const BEARER: &str = "Bearer console-token-for-the-e2e-tests";
 /// What each console route is, for the checks every one of them passes.
-const GETS: [&str; 3] = ["overview", "plugins", "approvals"];
+const GETS: [&str; 6] = ["overview", "series", "plugins", "approvals", "activity", "log"];
 /// How long a console answer may take to show where it is looked for; a deadline, not a target.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -27,7 +27,7 @@ fn with_token(builder: NodeBuilder) -> NodeBuilder {
 }
 
 /// A node with the assistant and its tools, and the console on.
-fn assistant_node() -> TestNode {
+pub(crate) fn assistant_node() -> TestNode {
     with_token(
         TestNode::builder()
             .plugin("hai-assistant")
@@ -129,6 +129,7 @@ fn without_a_token_the_console_is_not_there_and_with_one_it_asks_for_it() {
     }
     let answer = console_answer(&off, "appr_0", &json!({"approved": true}));
     assert_eq!(answer.status, 404, "{}", answer.body);
+    assert_eq!(get(&off.url("/console/")).status, 404, "no page either");
     drop(off);
 
     let on = with_token(TestNode::builder()).start();
@@ -157,6 +158,21 @@ fn without_a_token_the_console_is_not_there_and_with_one_it_asks_for_it() {
             foreign.body
         );
     }
+    // The page loads without the token (it holds no data and asks for it), under its own CSP.
+    let page = get(&on.url("/console/"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.content_type.starts_with("text/html"), "{}", page.content_type);
+    let csp = page.header("content-security-policy").unwrap_or_default();
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'self'"),
+        "{csp}"
+    );
+    let bare = get_with_headers(&on.url("/console"), &[]);
+    assert_eq!(bare.status, 200, "the bare path leads to the page: {}", bare.body);
+    for asset in ["console.js", "console.css", "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css"] {
+        assert_eq!(get(&on.url(&format!("/console/{asset}"))).status, 200, "{asset}");
+    }
+    assert_eq!(get(&api(&on, "events")).status, 401, "the live stream needs the token");
     let unsigned = post_with_headers(
         &api(&on, "approvals/appr_0"),
         &[("content-type", "application/json")],
@@ -226,6 +242,8 @@ fn overview_and_plugins_show_the_real_transports_and_plugins() {
     for name in ["hai-assistant", "inspection-tools"] {
         let row = row(name);
         assert_eq!(row["state"], "loaded", "{row}");
+        assert_eq!(row["language"], "rust", "{row}");
+        assert!(row["compile_ms"].is_u64() && row["loaded_at_ms"].is_u64(), "{row}");
         assert!(row["version"].is_string(), "{row}");
         let file = std::path::PathBuf::from(row["file"].as_str().expect("file"));
         assert_eq!(
@@ -528,4 +546,160 @@ fn an_mcp_approval_answered_in_the_console_releases_the_waiting_call() {
         "the call got the tool's result: {}",
         streamed.body
     );
+}
+
+// ---------------------------------------------------------------- plugins, series, log, events
+
+/// `PUT {path}/api/plugins/{file}` of `bytes`, with the token.
+fn upload(node: &TestNode, file: &str, bytes: &[u8]) -> HttpReply {
+    put_with_headers(
+        &api(node, &format!("plugins/{file}")),
+        &[("authorization", BEARER), ("content-type", "application/wasm")],
+        bytes,
+    )
+}
+
+/// `tools/call` of `convert_units` in `session`: the converted value's text.
+fn convert(node: &TestNode, session: &str) -> String {
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "convert_units", "arguments": {"value": 2, "from": "kg", "to": "g"},
+    }});
+    mcp_post(node, Some(session), call.to_string().as_bytes()).body
+}
+
+#[test]
+fn an_uploaded_plugin_serves_a_broken_one_leaves_it_serving_and_a_removed_one_is_gone() {
+    let node = with_token(TestNode::builder().env("AGORA_PLUGINS__MAX_FILE_MB", "2")).start();
+    let wasm = std::fs::read(support::plugin_wasm("unit-converter")).expect("the built plugin");
+
+    let loaded = upload(&node, "converter", &wasm);
+    assert_eq!(loaded.status, 200, "{}", loaded.body);
+    let row = &loaded.json()["plugin"];
+    assert_eq!(row["name"], "unit-converter", "{row}");
+    assert_eq!(row["state"], "loaded", "{row}");
+    assert_eq!(row["sha256"], hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm)), "{row}");
+    let session = mcp_session(&node);
+    assert!(convert(&node, &session).contains("2000"), "it answers at once");
+
+    // Not a component, under the same name: the compiler's reason, and the old version serving.
+    let broken = upload(&node, "converter", b"\0asm but not really");
+    assert_eq!(broken.status, 422, "{}", broken.body);
+    let reason = broken.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("converter.wasm"), "{reason}");
+    assert_eq!(broken.json()["plugin"]["state"], "loaded", "{}", broken.body);
+    assert!(convert(&node, &session).contains("2000"), "the old version still answers");
+    let log = console_get(&node, "log");
+    assert!(
+        log["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .any(|entry| entry["level"] == "ERROR" && entry["fields"]["file"].as_str().is_some_and(|f| f.ends_with("converter.wasm"))),
+        "the failure is in the console's log: {log}"
+    );
+
+    let manifest = console_get(&node, "plugins/unit-converter");
+    assert_eq!(manifest["manifest"]["name"], "unit-converter", "{manifest}");
+    assert!(manifest["protocols"][0]["text"].as_str().is_some_and(|text| !text.is_empty()), "{manifest}");
+
+    for (file, status) in [("../escape", 404), ("a.b", 400), ("-flag", 400)] {
+        let refused = upload(&node, file, &wasm);
+        assert_eq!(refused.status, status, "{file}: {}", refused.body);
+    }
+    // Over plugins.max_file_mb (2 MiB here), yet over the listener's 1 MiB only by its own bound.
+    let too_big = upload(&node, "huge", &vec![0; 3 << 20]);
+    assert_eq!(too_big.status, 413, "{}", too_big.body);
+    assert!(too_big.body.contains("max_file_mb"), "{}", too_big.body);
+
+    let removed = delete_with_headers(&api(&node, "plugins/converter"), &[("authorization", BEARER)]);
+    assert_eq!(removed.status, 200, "{}", removed.body);
+    assert!(!node.plugins_dir.join("converter.wasm").exists());
+    assert!(!convert(&node, &session).contains("2000"), "gone with its file");
+    let again = delete_with_headers(&api(&node, "plugins/converter"), &[("authorization", BEARER)]);
+    assert_eq!(again.status, 404, "{}", again.body);
+}
+
+#[test]
+fn the_series_and_plugin_counts_follow_the_calls() {
+    let node = assistant_node();
+    let session = mcp_session(&node);
+    let before = console_get(&node, "series");
+    assert_eq!(before["interval_ms"], 5000, "{before}");
+    let mut calls = 0;
+    for _ in 0..5 {
+        let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "search_regulations", "arguments": {"query": "fire"},
+        }});
+        let reply = mcp_post(&node, Some(&session), call.to_string().as_bytes());
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        calls += 1;
+    }
+    // The calls land in the slot now open; it is shown once whole.
+    let mut mcp_requests = 0;
+    node.wait_until("the calls in the MCP series", PATIENCE, Duration::from_millis(200), || {
+        let series = console_get(&node, "series");
+        let mcp = series["transports"]
+            .as_array()
+            .expect("transports")
+            .iter()
+            .find(|transport| transport["name"] == "mcp")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let points = mcp["points"].as_array().cloned().unwrap_or_default();
+        assert_eq!(points.len(), 180, "{mcp}");
+        mcp_requests = points.iter().filter_map(|point| point["requests"].as_u64()).sum();
+        mcp_requests >= calls + 2
+    });
+    let plugins = console_get(&node, "plugins");
+    let tools = plugins["plugins"]
+        .as_array()
+        .expect("plugins")
+        .iter()
+        .find(|row| row["name"] == "inspection-tools")
+        .cloned()
+        .expect("inspection-tools");
+    assert_eq!(tools["stats"]["calls"], calls, "{tools}");
+    assert_eq!(tools["stats"]["errors"], 0, "{tools}");
+    assert!(tools["stats"]["calls_per_minute"].as_f64().is_some_and(|rate| rate >= calls as f64), "{tools}");
+    assert!(tools["stats"]["p99_ms"].as_f64().is_some_and(|p99| p99 > 0.0), "{tools}");
+}
+
+#[test]
+fn one_stream_sends_every_part_and_a_new_approval_at_once() {
+    use std::io::{BufRead, BufReader, Write};
+    let node = assistant_node();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", node.port)).expect("connecting");
+    write!(
+        stream,
+        "GET /console/api/events HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {BEARER}\r\n\r\n",
+        node.port
+    )
+    .expect("asking for the stream");
+    stream.set_read_timeout(Some(PATIENCE)).expect("a read timeout");
+    let mut lines = BufReader::new(stream).lines();
+    let mut next_event = |wanted: &str| -> Value {
+        let mut kind = String::new();
+        for line in lines.by_ref() {
+            let line = line.expect("a line of the stream");
+            if let Some(name) = line.strip_prefix("event: ") {
+                kind = name.to_string();
+            } else if let Some(data) = line.strip_prefix("data: ")
+                && kind == wanted
+            {
+                return serde_json::from_str(data).expect("JSON data");
+            }
+        }
+        panic!("the stream ended before a {wanted} event");
+    };
+    for kind in ["series", "overview", "approvals", "plugins", "log"] {
+        next_event(kind);
+    }
+    let (task_id, approval_id) = parked_report_task(&node);
+    let approvals = next_event("approvals");
+    assert_eq!(approvals["approvals"][0]["approval_id"], approval_id, "{approvals}");
+    assert_eq!(approvals["approvals"][0]["scope"], format!("a2a:{task_id}"), "{approvals}");
+    let answered = console_answer(&node, &approval_id, &json!({"approved": false}));
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    let approvals = next_event("approvals");
+    assert_eq!(approvals["approvals"], json!([]), "{approvals}");
 }

@@ -535,7 +535,23 @@ pub fn get_with_headers(url: &str, headers: &[(&str, &str)]) -> HttpReply {
 }
 
 pub fn delete(url: &str) -> HttpReply {
-    finish(agent().delete(url).call())
+    delete_with_headers(url, &[])
+}
+
+pub fn delete_with_headers(url: &str, headers: &[(&str, &str)]) -> HttpReply {
+    let mut request = agent().delete(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    finish(request.call())
+}
+
+pub fn put_with_headers(url: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
+    let mut request = agent().put(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    finish(request.send(body))
 }
 
 pub fn get_json(url: &str) -> Result<serde_json::Value, String> {

@@ -7,6 +7,7 @@
 //! - `plugins` (and `overview`) the moment the registry changes, and each
 //!   second its call counts moved;
 //! - `log` each second new warnings or errors were written;
+//! - `activity` with each new point, when it changed;
 //! - `series` each five seconds, when a new point is whole.
 //!
 //! A stream holds a task and a channel of a few events; at most
@@ -25,7 +26,7 @@ use futures::Stream;
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 
-use super::{ConsoleError, approvals, log, overview, plugins};
+use super::{ConsoleError, activity, approvals, log, overview, plugins};
 use crate::metrics::recent::SLOT_MS;
 use crate::node::state::NodeState;
 
@@ -133,6 +134,12 @@ async fn look_again(
         // The overview's uptime moves every look; it is sent with each new point, not each second.
         if !sender.send("series", overview::series_of(node)).await
             || !sender.send("overview", overview::overview_of(node).await).await
+        {
+            return false;
+        }
+        // A store that does not answer now is shown by the overview; the next look tries again.
+        if let Ok(activity) = activity::activity_of(node).await
+            && !sender.send("activity", activity).await
         {
             return false;
         }

@@ -10,6 +10,7 @@
 //!   manifest; upload and removal ([`plugins`]);
 //! - `approvals`: every approval waiting for a human, from HAI, A2A and MCP
 //!   alike, answerable as its own client would ([`approvals`]);
+//! - `activity`: today's model use per plugin and caller ([`activity`]);
 //! - `log`: the last warnings and errors ([`log`]);
 //! - `events`: the page's one live stream of all of these ([`events`]).
 //!
@@ -26,6 +27,7 @@
 //! mounted, and every console path is the listener's plain 404.
 
 mod access;
+mod activity;
 mod approvals;
 mod error;
 mod events;
@@ -80,6 +82,7 @@ pub fn router(node: NodeState) -> Router {
             post(approvals::answer).layer(DefaultBodyLimit::max(approvals::MAX_BODY_BYTES)),
         )
         .route(&format!("{base}/api/log"), get(log::list))
+        .route(&format!("{base}/api/activity"), get(activity::activity))
         .route(&format!("{base}/api/events"), get(events::events))
         .layer(Extension(events::Streams::default()))
         .route_layer(axum::middleware::from_fn_with_state(

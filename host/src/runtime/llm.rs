@@ -91,12 +91,67 @@ struct MinuteCalls {
     count: u32,
 }
 
+/// The most rows of each list [`LlmBudget::usage_today`] answers.
+pub const MAX_USAGE_ROWS: usize = 100;
+/// The most day counters it reads of each kind (older days included, until the store expires them).
+const MAX_USAGE_KEYS: usize = 10_000;
+
+/// Today's model use, for the console.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct UsageToday {
+    pub tokens_per_day: u64,
+    pub tokens_per_day_per_caller: u64,
+    pub per_plugin: Vec<TokensUsed>,
+    pub per_caller: Vec<TokensUsed>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct TokensUsed {
+    pub name: String,
+    pub tokens: u64,
+}
+
 /// Where `plugin`'s tokens of the UTC day `day` are counted.
 fn tokens_key(plugin: &str, day: u64) -> Vec<u8> {
     format!("llm.tokens\0{plugin}\0{day}").into_bytes()
 }
 
 impl LlmBudget {
+    /// Today's tokens (UTC) of every plugin and every caller that used the
+    /// model, as the limits count them, with the limits: what the console shows.
+    /// At most [`MAX_USAGE_ROWS`] of each, the largest first.
+    pub(crate) async fn usage_today(&self) -> Result<UsageToday, crate::store::StoreError> {
+        let day = crate::store::now_ms() / 1000 / DAY_SECS;
+        let mut usage = UsageToday {
+            tokens_per_day: self.config.tokens_per_day,
+            tokens_per_day_per_caller: self.config.tokens_per_day_per_caller,
+            ..UsageToday::default()
+        };
+        for (prefix, rows) in [
+            ("llm.tokens\0", &mut usage.per_plugin),
+            ("llm.caller_tokens\0", &mut usage.per_caller),
+        ] {
+            // Keys are `prefix name \0 day`; names hold no NUL (a plugin's or a caller's).
+            for key in self.store.keys(Collection::Meta, prefix.as_bytes(), MAX_USAGE_KEYS).await? {
+                let text = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+                let Some((name, key_day)) = text.rsplit_once('\0') else {
+                    continue;
+                };
+                if key_day.parse::<u64>().ok() != Some(day) {
+                    continue;
+                }
+                let tokens = self.store.get::<u64>(Collection::Meta, &key).await?.unwrap_or_default();
+                rows.push(TokensUsed {
+                    name: name.to_string(),
+                    tokens,
+                });
+            }
+            rows.sort_by(|a, b| b.tokens.cmp(&a.tokens).then_with(|| a.name.cmp(&b.name)));
+            rows.truncate(MAX_USAGE_ROWS);
+        }
+        Ok(usage)
+    }
+
     pub(crate) fn new(config: LlmConfig, store: Store, metrics: Metrics) -> LlmBudget {
         LlmBudget {
             concurrent: Arc::new(Semaphore::new(config.max_concurrent_calls)),

@@ -446,14 +446,14 @@ fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
 /// The language a component was written in, by the marks its toolchain leaves
 /// in it: componentize-py and ComponentizeJS name themselves in the component
 /// (both embed runtimes built from Rust and C, so the producers section alone
-/// would say "Rust"); else rustc's line in the producers section.
+/// would say "Rust"); else rustc's or wit-bindgen-rust's line in the producers section.
 fn toolchain_language(bytes: &[u8]) -> Option<&'static str> {
     let has = |mark: &[u8]| bytes.windows(mark.len()).any(|window| window == mark);
     if has(b"componentize-py") {
         Some("python")
     } else if has(b"ComponentizeJS") {
         Some("javascript")
-    } else if has(b"\x05rustc") {
+    } else if has(b"\x05rustc") || has(b"wit-bindgen-rust") {
         Some("rust")
     } else {
         None

@@ -43,7 +43,7 @@ mod host_env;
 mod http;
 mod instance;
 mod invoke;
-mod llm;
+pub mod llm;
 mod loader;
 pub mod manifest;
 mod registry;
@@ -237,6 +237,11 @@ impl Runtime {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Today's model tokens per plugin and per caller, with the day's limits.
+    pub async fn model_usage_today(&self) -> Result<llm::UsageToday, crate::store::StoreError> {
+        self.inner.host.llm.usage_today().await
     }
 
     /// Every approval waiting for a human: where transports deliver their clients' answers.
