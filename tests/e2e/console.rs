@@ -546,6 +546,15 @@ fn an_mcp_approval_answered_in_the_console_releases_the_waiting_call() {
         "the call got the tool's result: {}",
         streamed.body
     );
+    let withdrawn = streamed
+        .body
+        .find("notifications/cancelled")
+        .unwrap_or_else(|| panic!("the client's form is withdrawn: {}", streamed.body));
+    assert!(
+        streamed.body[withdrawn..].contains("answered in the operator's console"),
+        "{}",
+        streamed.body
+    );
 }
 
 // ---------------------------------------------------------------- plugins, series, log, events

@@ -23,7 +23,7 @@
 //! and `initialize` is not held for a place as A2A's tasks are: a session lasts
 //! minutes, so a wait of seconds would rarely free one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,6 +72,10 @@ pub struct McpSession {
     /// The notification stream (`GET`): one at a time.
     listening: Mutex<bool>,
     ended: watch::Sender<bool>,
+    /// Approvals the operator's console decided while the client's form was
+    /// open: the form is withdrawn when the call has its answer. At most the
+    /// session's waiting approvals, each removed as its wait ends.
+    pub(super) answered_in_console: Mutex<HashSet<String>>,
 }
 
 impl McpState {
@@ -174,6 +178,7 @@ impl McpState {
             calls: Arc::new(Semaphore::new(self.node.config.mcp.max_calls_per_session)),
             listening: Mutex::new(false),
             ended: watch::Sender::new(false),
+            answered_in_console: Mutex::new(HashSet::new()),
         })
     }
 

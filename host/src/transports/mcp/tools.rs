@@ -272,7 +272,24 @@ impl Approver for FormApprover {
 
     fn withdraw(&self, question: &ApprovalAsked) {
         // Timed out or the call went away: tell the client the form is moot.
-        let reason = "the approval is no longer needed (timed out or the call ended)";
+        self.cancel_form(question, "the approval is no longer needed (timed out or the call ended)");
+    }
+
+    fn settled(&self, question: &ApprovalAsked, _outcome: &ApprovalOutcome) {
+        if self
+            .session
+            .answered_in_console
+            .lock()
+            .remove(&question.approval_id)
+        {
+            self.cancel_form(question, "the approval was answered in the operator's console");
+        }
+    }
+}
+
+impl FormApprover {
+    /// Withdraw the form asked for `question` (`notifications/cancelled` of its request).
+    fn cancel_form(&self, question: &ApprovalAsked, reason: &str) {
         let params = json!({"requestId": question.approval_id, "reason": reason});
         let _ = self
             .stream
@@ -343,8 +360,8 @@ async fn decide(
 
 /// The console's answer to an MCP approval is the client's form accepted with
 /// its choice, decided by [`decide`] as a client's response is; the waiting
-/// `tools/call` is released with the tool's result. The client's form is not
-/// withdrawn: its late response finds nothing to decide.
+/// `tools/call` is released with the tool's result, and the client's open form
+/// is withdrawn on the call's stream (its late response would find nothing to decide).
 pub struct ConsoleAnswers(pub Shared);
 
 #[async_trait::async_trait]
@@ -362,9 +379,12 @@ impl Answerer for ConsoleAnswers {
             .approvals()
             .take(&session.approval_scope(), &waiting.asked.approval_id)
             .ok_or_else(|| lost("the client answered it, or it timed out"))?;
+        let approval_id = waiting.asked.approval_id.clone();
+        session.answered_in_console.lock().insert(approval_id.clone());
         if decide(shared, &session, decision, "accept", answer.outcome()).await {
             Ok(())
         } else {
+            session.answered_in_console.lock().remove(&approval_id);
             Err(lost("the call stopped waiting"))
         }
     }
