@@ -184,3 +184,16 @@ impl InvokeError {
         }
     }
 }
+
+/// One of a protocol's conversations (a HAI session, an A2A task, an MCP
+/// session, an Agora conversation), as the operator's console lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Thread {
+    pub id: String,
+    pub started_at_ms: Option<u64>,
+    pub last_at_ms: Option<u64>,
+    /// Where it stands, in the protocol's own words (an A2A task's state).
+    pub state: Option<String>,
+    /// The plugin serving it, where the protocol has one per conversation.
+    pub plugin: Option<String>,
+}

@@ -90,6 +90,22 @@ fn listed_where(node: &TestNode, what: &str, wanted: impl Fn(&Value) -> bool) ->
     row
 }
 
+/// The console's activity row of `kind` (`hai_sessions`, …) with id `id`, and its history's entries.
+fn activity_of(node: &TestNode, list: &str, kind: &str, id: &str) -> (Value, Vec<Value>) {
+    let activity = console_get(node, "activity");
+    let row = activity[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("a {list} list: {activity}"))
+        .iter()
+        .find(|row| row["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} in {list}: {activity}"));
+    let history = console_get(node, &format!("activity/{kind}/{id}"));
+    assert_eq!((history["kind"].as_str(), history["id"].as_str()), (Some(kind), Some(id)), "{history}");
+    let entries = history["history"].as_array().cloned().expect("history entries");
+    (row, entries)
+}
+
 fn queue_ids(node: &TestNode) -> Vec<String> {
     console_get(node, "approvals")["approvals"]
         .as_array()
@@ -335,6 +351,12 @@ async fn a_hai_approval_answered_in_the_console_runs_the_tool_for_the_client() {
     assert_eq!(client.error().await["error_code"], "unknown_approval");
 
     // The session's history has the decision, as when the client answers.
+    let (row, console_entries) = activity_of(&node, "hai_sessions", "hai", &session);
+    assert!(row["last_at_ms"].as_u64() >= row["started_at_ms"].as_u64(), "{row}");
+    assert!(
+        console_entries.iter().any(|entry| entry["role"] == "approval"),
+        "the console shows the session's history: {console_entries:?}"
+    );
     let entries = history(&node, &session, &client.secret())["entries"].clone();
     let decisions: Vec<&Value> = entries
         .as_array()
@@ -434,6 +456,15 @@ fn an_a2a_approval_answered_in_the_console_lets_the_task_complete() {
     assert_eq!(answered.status, 200, "{}", answered.body);
     let task = ended_task(&node, &task_id);
     let answer = answer_text(&task);
+    let (row, entries) = activity_of(&node, "a2a_tasks", "a2a", &task_id);
+    assert_eq!(row["state"], "TASK_STATE_COMPLETED", "{row}");
+    assert!(row["last_at_ms"].is_u64(), "{row}");
+    assert!(
+        entries.iter().any(|entry| entry.to_string().contains("generate the report for INS-2024-001")),
+        "the task's context history: {entries:?}"
+    );
+    let unknown = get_with_headers(&api(&node, "activity/a2a/no-such-task"), &[("authorization", BEARER)]);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
     assert!(
         answer.contains("RPT-2024-001-") && answer.contains("has been generated"),
         "the tool ran: {answer}"
@@ -545,6 +576,11 @@ fn an_mcp_approval_answered_in_the_console_releases_the_waiting_call() {
         streamed.body.contains("RPT-2024-001-") && !streamed.body.contains("\"isError\":true"),
         "the call got the tool's result: {}",
         streamed.body
+    );
+    let (_, entries) = activity_of(&node, "mcp_sessions", "mcp", &session);
+    assert!(
+        entries.iter().any(|entry| entry["role"] == "approval"),
+        "the session's approval in its history: {entries:?}"
     );
     let withdrawn = streamed
         .body

@@ -7,7 +7,7 @@
 //! - `plugins` (and `overview`) the moment the registry changes, and each
 //!   second its call counts moved;
 //! - `log` each second new warnings or errors were written;
-//! - `activity` with each new point, when it changed;
+//! - `activity` every fifteen seconds, when it changed;
 //! - `series` each five seconds, when a new point is whole.
 //!
 //! A stream holds a task and a channel of a few events; at most
@@ -37,6 +37,8 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events a stream may have queued for a slow reader; the task waits beyond it.
 const QUEUED_EVENTS: usize = 8;
+/// `activity` is looked at every this many series points.
+const ACTIVITY_EVERY_SLOTS: u64 = 3;
 
 /// The places for open streams, shared by the console's routes.
 #[derive(Clone)]
@@ -137,8 +139,10 @@ async fn look_again(
         {
             return false;
         }
+        // It reads up to four times `activity::SCAN` records: every third point is often enough.
         // A store that does not answer now is shown by the overview; the next look tries again.
-        if let Ok(activity) = activity::activity_of(node).await
+        if (first || slot.is_multiple_of(ACTIVITY_EVERY_SLOTS))
+            && let Ok(activity) = activity::activity_of(node).await
             && !sender.send("activity", activity).await
         {
             return false;

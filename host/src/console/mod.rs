@@ -10,7 +10,8 @@
 //!   manifest; upload and removal ([`plugins`]);
 //! - `approvals`: every approval waiting for a human, from HAI, A2A and MCP
 //!   alike, answerable as its own client would ([`approvals`]);
-//! - `activity`: today's model use per plugin and caller ([`activity`]);
+//! - `activity`: recent sessions, tasks and conversations of every protocol
+//!   with their histories, and today's model use ([`activity`]);
 //! - `log`: the last warnings and errors ([`log`]);
 //! - `events`: the page's one live stream of all of these ([`events`]).
 //!
@@ -83,6 +84,7 @@ pub fn router(node: NodeState) -> Router {
         )
         .route(&format!("{base}/api/log"), get(log::list))
         .route(&format!("{base}/api/activity"), get(activity::activity))
+        .route(&format!("{base}/api/activity/{{kind}}/{{id}}"), get(activity::history))
         .route(&format!("{base}/api/events"), get(events::events))
         .layer(Extension(events::Streams::default()))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -515,6 +515,27 @@ impl Store {
         self.backend.remove_history(id).await
     }
 
+    /// The records of `collection` under `prefix`, at most `limit`, with their
+    /// keys; a record that does not read as `T` (another shape under the same
+    /// prefix) is skipped.
+    pub async fn records<T: DeserializeOwned>(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(String, T)>> {
+        let mut records = Vec::new();
+        for key in self.keys(collection, prefix, limit).await? {
+            let Ok(record) = self.get::<T>(collection, &key).await else {
+                continue;
+            };
+            if let Some(record) = record {
+                records.push((String::from_utf8_lossy(&key).into_owned(), record));
+            }
+        }
+        Ok(records)
+    }
+
     /// Keys of `collection` starting with `prefix`, at most `limit`.
     pub async fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>> {
         self.backend.keys(collection, prefix, limit).await

@@ -28,6 +28,7 @@
 //! - a task runs on the node that started it; on a fleet, another node takes
 //!   its approval or cancel and hands it over ([`fleet`]).
 
+pub mod activity;
 mod card;
 pub mod error;
 mod fleet;

@@ -16,6 +16,7 @@
 //!   address, and each client's creation rate; refusals are 429/503 with
 //!   `Retry-After` in the failure shape above.
 
+pub mod activity;
 pub mod document;
 pub mod error;
 pub mod limits;

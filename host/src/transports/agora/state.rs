@@ -89,6 +89,19 @@ pub(super) struct Conversation {
     client: Option<String>,
 }
 
+impl Conversation {
+    /// The conversation `id` as the console lists it.
+    pub(super) fn thread(&self, id: String) -> crate::vocab::Thread {
+        crate::vocab::Thread {
+            id,
+            started_at_ms: Some(self.created_at_ms),
+            last_at_ms: None,
+            state: Some(format!("{} rounds", self.rounds)),
+            plugin: Some(self.plugin.clone()),
+        }
+    }
+}
+
 /// A place under the conversation caps, held for a conversation being
 /// created; released when dropped unless the conversation was created.
 pub(super) struct Reservation {

@@ -43,6 +43,7 @@ mod client;
 mod connection;
 mod error;
 mod fleet;
+pub mod activity;
 mod history;
 mod session;
 mod state;

@@ -24,6 +24,7 @@
 //! the client accepts one (other requests answer JSON); a session lives on the
 //! node that made it.
 
+pub mod activity;
 pub mod error;
 mod state;
 mod tools;

@@ -266,7 +266,7 @@ impl McpSession {
     }
 
     pub fn history_id(&self) -> String {
-        format!("mcp:{}", self.id)
+        history_id(&self.id)
     }
 
     /// Hold the session in use (a stream or a call) until the guard drops.
@@ -325,4 +325,9 @@ impl Drop for Listening {
     fn drop(&mut self) {
         *self.0.listening.lock() = false;
     }
+}
+
+/// Where session `session_id`'s history is stored.
+pub(super) fn history_id(session_id: &str) -> String {
+    format!("mcp:{session_id}")
 }
