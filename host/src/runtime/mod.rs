@@ -43,7 +43,7 @@ mod host_env;
 mod http;
 mod instance;
 mod invoke;
-pub mod llm;
+mod llm;
 mod loader;
 pub mod manifest;
 mod registry;
@@ -69,6 +69,7 @@ use bindings::{Plugin, PluginPre};
 pub use error::{InvokeError, LoadError, ToolError};
 pub use events::{CallEvent, PluginEvent};
 pub use exchange::Exchange;
+pub use llm::{TokensUsed, UsageToday};
 pub use manifest::PluginManifest;
 pub use registry::Registry;
 pub use streaming::{EventSink, EventStream, event_channel};
@@ -240,7 +241,7 @@ impl Runtime {
     }
 
     /// Today's model tokens per plugin and per caller, with the day's limits.
-    pub async fn model_usage_today(&self) -> Result<llm::UsageToday, crate::store::StoreError> {
+    pub async fn model_usage_today(&self) -> Result<UsageToday, crate::store::StoreError> {
         self.inner.host.llm.usage_today().await
     }
 
