@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 /// one sits lower than the rest, that part's path (`node::state`); a file or a
 /// path belongs to the longest entry that is a prefix of it.
 const LAYERS: &[&[&str]] = &[
-    &["vocab", "logging", "jsonrpc", "background", "models"],
-    &["crypto"],
+    &["vocab", "jsonrpc", "background", "models"],
+    &["crypto", "logging"],
     &["config"],
     &["store", "metrics"],
     &["peers", "policy"],
