@@ -16,7 +16,7 @@
 //! | layer | modules | may use | what |
 //! |---|---|---|---|
 //! | 0 | `vocab`, `jsonrpc`, `background`, `models` | — | the shared words: transport kind, phase, risk, call, invoke errors, the clock; JSON-RPC 2.0 for every protocol on it; the node's background tasks; one model of each protocol's objects for its servers and clients |
-//! | 1 | `crypto`, `logging` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT; one-line human log fields and the console's ring of recent warnings |
+//! | 1 | `crypto`, `logging` | 0 | hashes, JCS, Ed25519/did:key envelopes, uAgents keys, JWT, the TLS client trust policy; one-line human log fields and the console's ring of recent warnings |
 //! | 2 | `config` | 0–1 | layered configuration and its validation |
 //! | 3 | `store`, `metrics` | 0–2 | durable state in sled; Prometheus metrics |
 //! | 4 | `peers`, `policy` | 0–3 | the node as a client: bounded HTTP, per-protocol clients, plugins' outbound calls; the policies every transport shares (admission, quotas, browsers) |

@@ -101,7 +101,11 @@ fn activity_of(node: &TestNode, list: &str, kind: &str, id: &str) -> (Value, Vec
         .cloned()
         .unwrap_or_else(|| panic!("{id} in {list}: {activity}"));
     let history = console_get(node, &format!("activity/{kind}/{id}"));
-    assert_eq!((history["kind"].as_str(), history["id"].as_str()), (Some(kind), Some(id)), "{history}");
+    assert_eq!(
+        (history["kind"].as_str(), history["id"].as_str()),
+        (Some(kind), Some(id)),
+        "{history}"
+    );
     let entries = history["history"].as_array().cloned().expect("history entries");
     (row, entries)
 }
@@ -177,7 +181,11 @@ fn without_a_token_the_console_is_not_there_and_with_one_it_asks_for_it() {
     // The page loads without the token (it holds no data and asks for it), under its own CSP.
     let page = get(&on.url("/console/"));
     assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.content_type.starts_with("text/html"), "{}", page.content_type);
+    assert!(
+        page.content_type.starts_with("text/html"),
+        "{}",
+        page.content_type
+    );
     let csp = page.header("content-security-policy").unwrap_or_default();
     assert!(
         csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'self'"),
@@ -185,10 +193,19 @@ fn without_a_token_the_console_is_not_there_and_with_one_it_asks_for_it() {
     );
     let bare = get_with_headers(&on.url("/console"), &[]);
     assert_eq!(bare.status, 200, "the bare path leads to the page: {}", bare.body);
-    for asset in ["console.js", "console.css", "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css"] {
+    for asset in [
+        "console.js",
+        "console.css",
+        "vendor/uPlot.iife.min.js",
+        "vendor/uPlot.min.css",
+    ] {
         assert_eq!(get(&on.url(&format!("/console/{asset}"))).status, 200, "{asset}");
     }
-    assert_eq!(get(&api(&on, "events")).status, 401, "the live stream needs the token");
+    assert_eq!(
+        get(&api(&on, "events")).status,
+        401,
+        "the live stream needs the token"
+    );
     let unsigned = post_with_headers(
         &api(&on, "approvals/appr_0"),
         &[("content-type", "application/json")],
@@ -259,7 +276,10 @@ fn overview_and_plugins_show_the_real_transports_and_plugins() {
         let row = row(name);
         assert_eq!(row["state"], "loaded", "{row}");
         assert_eq!(row["language"], "rust", "{row}");
-        assert!(row["compile_ms"].is_u64() && row["loaded_at_ms"].is_u64(), "{row}");
+        assert!(
+            row["compile_ms"].is_u64() && row["loaded_at_ms"].is_u64(),
+            "{row}"
+        );
         assert!(row["version"].is_string(), "{row}");
         let file = std::path::PathBuf::from(row["file"].as_str().expect("file"));
         assert_eq!(
@@ -352,7 +372,10 @@ async fn a_hai_approval_answered_in_the_console_runs_the_tool_for_the_client() {
 
     // The session's history has the decision, as when the client answers.
     let (row, console_entries) = activity_of(&node, "hai_sessions", "hai", &session);
-    assert!(row["last_at_ms"].as_u64() >= row["started_at_ms"].as_u64(), "{row}");
+    assert!(
+        row["last_at_ms"].as_u64() >= row["started_at_ms"].as_u64(),
+        "{row}"
+    );
     assert!(
         console_entries.iter().any(|entry| entry["role"] == "approval"),
         "the console shows the session's history: {console_entries:?}"
@@ -460,10 +483,15 @@ fn an_a2a_approval_answered_in_the_console_lets_the_task_complete() {
     assert_eq!(row["state"], "TASK_STATE_COMPLETED", "{row}");
     assert!(row["last_at_ms"].is_u64(), "{row}");
     assert!(
-        entries.iter().any(|entry| entry.to_string().contains("generate the report for INS-2024-001")),
+        entries
+            .iter()
+            .any(|entry| entry.to_string().contains("generate the report for INS-2024-001")),
         "the task's context history: {entries:?}"
     );
-    let unknown = get_with_headers(&api(&node, "activity/a2a/no-such-task"), &[("authorization", BEARER)]);
+    let unknown = get_with_headers(
+        &api(&node, "activity/a2a/no-such-task"),
+        &[("authorization", BEARER)],
+    );
     assert_eq!(unknown.status, 404, "{}", unknown.body);
     assert!(
         answer.contains("RPT-2024-001-") && answer.contains("has been generated"),
@@ -622,7 +650,11 @@ fn an_uploaded_plugin_serves_a_broken_one_leaves_it_serving_and_a_removed_one_is
     let row = &loaded.json()["plugin"];
     assert_eq!(row["name"], "unit-converter", "{row}");
     assert_eq!(row["state"], "loaded", "{row}");
-    assert_eq!(row["sha256"], hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm)), "{row}");
+    assert_eq!(
+        row["sha256"],
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm)),
+        "{row}"
+    );
     let session = mcp_session(&node);
     assert!(convert(&node, &session).contains("2000"), "it answers at once");
 
@@ -632,20 +664,31 @@ fn an_uploaded_plugin_serves_a_broken_one_leaves_it_serving_and_a_removed_one_is
     let reason = broken.json()["error"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("converter.wasm"), "{reason}");
     assert_eq!(broken.json()["plugin"]["state"], "loaded", "{}", broken.body);
-    assert!(convert(&node, &session).contains("2000"), "the old version still answers");
+    assert!(
+        convert(&node, &session).contains("2000"),
+        "the old version still answers"
+    );
     let log = console_get(&node, "log");
     assert!(
         log["entries"]
             .as_array()
             .expect("entries")
             .iter()
-            .any(|entry| entry["level"] == "ERROR" && entry["fields"]["file"].as_str().is_some_and(|f| f.ends_with("converter.wasm"))),
+            .any(|entry| entry["level"] == "ERROR"
+                && entry["fields"]["file"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with("converter.wasm"))),
         "the failure is in the console's log: {log}"
     );
 
     let manifest = console_get(&node, "plugins/unit-converter");
     assert_eq!(manifest["manifest"]["name"], "unit-converter", "{manifest}");
-    assert!(manifest["protocols"][0]["text"].as_str().is_some_and(|text| !text.is_empty()), "{manifest}");
+    assert!(
+        manifest["protocols"][0]["text"]
+            .as_str()
+            .is_some_and(|text| !text.is_empty()),
+        "{manifest}"
+    );
 
     for (file, status) in [("../escape", 404), ("a.b", 400), ("-flag", 400)] {
         let refused = upload(&node, file, &wasm);
@@ -681,20 +724,25 @@ fn the_series_and_plugin_counts_follow_the_calls() {
     }
     // The calls land in the slot now open; it is shown once whole.
     let mut mcp_requests = 0;
-    node.wait_until("the calls in the MCP series", PATIENCE, Duration::from_millis(200), || {
-        let series = console_get(&node, "series");
-        let mcp = series["transports"]
-            .as_array()
-            .expect("transports")
-            .iter()
-            .find(|transport| transport["name"] == "mcp")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let points = mcp["points"].as_array().cloned().unwrap_or_default();
-        assert_eq!(points.len(), 180, "{mcp}");
-        mcp_requests = points.iter().filter_map(|point| point["requests"].as_u64()).sum();
-        mcp_requests >= calls + 2
-    });
+    node.wait_until(
+        "the calls in the MCP series",
+        PATIENCE,
+        Duration::from_millis(200),
+        || {
+            let series = console_get(&node, "series");
+            let mcp = series["transports"]
+                .as_array()
+                .expect("transports")
+                .iter()
+                .find(|transport| transport["name"] == "mcp")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let points = mcp["points"].as_array().cloned().unwrap_or_default();
+            assert_eq!(points.len(), 180, "{mcp}");
+            mcp_requests = points.iter().filter_map(|point| point["requests"].as_u64()).sum();
+            mcp_requests >= calls + 2
+        },
+    );
     let plugins = console_get(&node, "plugins");
     let tools = plugins["plugins"]
         .as_array()
@@ -705,8 +753,16 @@ fn the_series_and_plugin_counts_follow_the_calls() {
         .expect("inspection-tools");
     assert_eq!(tools["stats"]["calls"], calls, "{tools}");
     assert_eq!(tools["stats"]["errors"], 0, "{tools}");
-    assert!(tools["stats"]["calls_per_minute"].as_f64().is_some_and(|rate| rate >= calls as f64), "{tools}");
-    assert!(tools["stats"]["p99_ms"].as_f64().is_some_and(|p99| p99 > 0.0), "{tools}");
+    assert!(
+        tools["stats"]["calls_per_minute"]
+            .as_f64()
+            .is_some_and(|rate| rate >= calls as f64),
+        "{tools}"
+    );
+    assert!(
+        tools["stats"]["p99_ms"].as_f64().is_some_and(|p99| p99 > 0.0),
+        "{tools}"
+    );
 }
 
 #[test]
@@ -741,8 +797,15 @@ fn one_stream_sends_every_part_and_a_new_approval_at_once() {
     }
     let (task_id, approval_id) = parked_report_task(&node);
     let approvals = next_event("approvals");
-    assert_eq!(approvals["approvals"][0]["approval_id"], approval_id, "{approvals}");
-    assert_eq!(approvals["approvals"][0]["scope"], format!("a2a:{task_id}"), "{approvals}");
+    assert_eq!(
+        approvals["approvals"][0]["approval_id"], approval_id,
+        "{approvals}"
+    );
+    assert_eq!(
+        approvals["approvals"][0]["scope"],
+        format!("a2a:{task_id}"),
+        "{approvals}"
+    );
     let answered = console_answer(&node, &approval_id, &json!({"approved": false}));
     assert_eq!(answered.status, 200, "{}", answered.body);
     let approvals = next_event("approvals");

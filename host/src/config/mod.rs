@@ -44,7 +44,7 @@ pub use self::llm::{DEFAULT_PROVIDER, LlmConfig, LlmProviderConfig};
 pub use self::mcp::{McpConfig, McpServerConfig};
 pub use self::outbound::OutboundConfig;
 pub use self::plugins::{PluginSettings, PluginsConfig, SecretSource};
-pub use self::store::{IdentityConfig, StoreBackend, StoreConfig};
+pub use self::store::{IdentityConfig, PostgresUrl, SslMode, StoreBackend, StoreConfig, is_loopback_host};
 pub use self::tls::TlsConfig;
 pub use self::tools::ToolsConfig;
 pub use self::uagents::UagentsConfig;

@@ -37,10 +37,10 @@ mod overview;
 mod page;
 mod plugins;
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
-use axum::Extension;
 use axum::routing::{get, post};
 
 pub use self::error::ConsoleError;
@@ -63,9 +63,9 @@ pub fn router(node: NodeState) -> Router {
         json_rpc: true,
         refuse: |refusal| ConsoleError::from(refusal).into_response(),
     };
-    let upload_limit = larger_bodies(&node.config)
-        .first()
-        .map_or(0, |larger| usize::try_from(larger.max_body_bytes).unwrap_or(usize::MAX));
+    let upload_limit = larger_bodies(&node.config).first().map_or(0, |larger| {
+        usize::try_from(larger.max_body_bytes).unwrap_or(usize::MAX)
+    });
     let api: Router<NodeState> = Router::new()
         .route(&format!("{base}/api/overview"), get(overview::overview))
         .route(&format!("{base}/api/series"), get(overview::series))
@@ -84,7 +84,10 @@ pub fn router(node: NodeState) -> Router {
         )
         .route(&format!("{base}/api/log"), get(log::list))
         .route(&format!("{base}/api/activity"), get(activity::activity))
-        .route(&format!("{base}/api/activity/{{kind}}/{{id}}"), get(activity::history))
+        .route(
+            &format!("{base}/api/activity/{{kind}}/{{id}}"),
+            get(activity::history),
+        )
         .route(&format!("{base}/api/events"), get(events::events))
         .layer(Extension(events::Streams::default()))
         .route_layer(axum::middleware::from_fn_with_state(

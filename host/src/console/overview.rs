@@ -13,8 +13,8 @@ use axum::extract::State;
 use serde_json::{Value, json};
 
 use crate::config::Config;
-use crate::node::state::NodeState;
 use crate::metrics::recent::{SLOT_MS, SLOTS};
+use crate::node::state::NodeState;
 use crate::runtime::LoadState;
 use crate::store::now_ms;
 use crate::transports::TRANSPORTS;

@@ -126,12 +126,11 @@ pub async fn upload(
     let target = plugin_file(&node, &file)?;
     let body = body.map_err(|rejection| too_big_or(rejection, &node))?;
     if body.is_empty() {
-        return Err(ConsoleError::BadRequest("the body must be the plugin's .wasm file".into()));
+        return Err(ConsoleError::BadRequest(
+            "the body must be the plugin's .wasm file".into(),
+        ));
     }
-    let staging = node
-        .runtime
-        .plugins_dir()
-        .join(format!(".{file}.wasm.upload"));
+    let staging = node.runtime.plugins_dir().join(format!(".{file}.wasm.upload"));
     let written = async {
         tokio::fs::write(&staging, &body).await?;
         tokio::fs::rename(&staging, &target).await
@@ -139,7 +138,10 @@ pub async fn upload(
     .await;
     if let Err(error) = written {
         let _ = tokio::fs::remove_file(&staging).await;
-        return Err(ConsoleError::Failed(format!("cannot write {}: {error}", target.display())));
+        return Err(ConsoleError::Failed(format!(
+            "cannot write {}: {error}",
+            target.display()
+        )));
     }
     let sha256 = crate::crypto::sha256_hex(&body);
     // The load runs on even if this request ends first: a reload cut off
@@ -185,10 +187,15 @@ pub async fn remove(
     match tokio::fs::remove_file(&target).await {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ConsoleError::NotFound(format!("there is no plugin file {file}.wasm")));
+            return Err(ConsoleError::NotFound(format!(
+                "there is no plugin file {file}.wasm"
+            )));
         }
         Err(error) => {
-            return Err(ConsoleError::Failed(format!("cannot remove {}: {error}", target.display())));
+            return Err(ConsoleError::Failed(format!(
+                "cannot remove {}: {error}",
+                target.display()
+            )));
         }
     }
     node.runtime.reload(&target).await;

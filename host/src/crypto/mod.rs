@@ -7,6 +7,7 @@ pub mod identity;
 pub mod jcs;
 pub mod jwt;
 pub mod pyjson;
+pub mod trust;
 pub mod uagents;
 
 use base64::Engine as _;

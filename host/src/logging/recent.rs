@@ -176,7 +176,10 @@ mod tests {
             .filter(|entry| entry.seq > before && entry.target.ends_with("recent::tests"))
             .collect();
         assert_eq!(mine.len(), 2, "{mine:?}");
-        assert_eq!((mine[0].level, mine[0].message.as_str()), ("WARN", "forged\\nline"));
+        assert_eq!(
+            (mine[0].level, mine[0].message.as_str()),
+            ("WARN", "forged\\nline")
+        );
         assert_eq!(mine[0].fields["peer"], "a\\nb");
         assert_eq!(mine[1].level, "ERROR");
         assert_eq!(mine[1].fields["huge"].chars().count(), MAX_TEXT_CHARS + 1);

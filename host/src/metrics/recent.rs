@@ -281,7 +281,11 @@ mod tests {
         let (p50, p99) = (last[0].p50_ms.unwrap(), last[0].p99_ms.unwrap());
         assert!((2.0..2.5).contains(&p50), "{p50}");
         assert!((40.0..48.0).contains(&p99), "{p99}");
-        assert!(points.windows(2).all(|pair| pair[1].at_ms == pair[0].at_ms + SLOT_MS));
+        assert!(
+            points
+                .windows(2)
+                .all(|pair| pair[1].at_ms == pair[0].at_ms + SLOT_MS)
+        );
         // Fifteen minutes later, all of it has scrolled out.
         let later = recent.series("a2a", T0 + (SLOTS + 4) * SLOT_MS);
         assert!(later.iter().all(|point| point.requests == 0));

@@ -253,16 +253,12 @@ async fn open_store(config: &Config) -> Result<Store, NodeError> {
             })?
         }
         StoreBackend::Postgres => {
-            let backend = PostgresBackend::connect(
-                &config.store.postgres_url,
-                config.store.postgres_pool_size,
-                Duration::from_millis(config.store.postgres_timeout_ms),
-            )
-            .await
-            .map_err(|source| NodeError::Store {
-                path: "store.postgres_url".into(),
-                source,
-            })?;
+            let backend = PostgresBackend::connect(&config.store, &config.tls.ca_file)
+                .await
+                .map_err(|source| NodeError::Store {
+                    path: "store.postgres_url".into(),
+                    source,
+                })?;
             Store::new(Arc::new(backend))
         }
     };

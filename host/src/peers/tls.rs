@@ -1,7 +1,8 @@
-//! The one trust policy for everything the node dials: a rustls `ClientConfig`
-//! (ring provider) trusting the system's roots — or the bundled webpki roots on
-//! a system that has none — plus the PEM bundle in `tls.ca_file`, and the one
-//! pooled HTTP client built on it.
+//! The one trust policy for everything the node dials over HTTP and WebSocket:
+//! a rustls `ClientConfig` from [`crate::crypto::trust`] (ring provider, the
+//! system's roots — or the bundled webpki roots on a system that has none —
+//! plus the PEM bundle in `tls.ca_file`), and the one pooled HTTP client built
+//! on it. The PostgreSQL store builds its connector from the same module.
 //!
 //! Both live process-wide: every outbound path (HTTP calls, the arena JWKS, the
 //! arena WebSocket stream, the CLI) reaches them without a parameter threaded
@@ -10,13 +11,13 @@
 //! test, a tool) gets the system roots only. There is deliberately no way to
 //! turn verification off: a private deployment adds its CA instead.
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+
+use crate::crypto::trust::{self, TrustError};
 
 /// Covers the TCP connect and the TLS handshake of a new pooled connection. It
 /// is below the shortest call timeout (the arena JWKS's 5 s), so a stalled
@@ -92,7 +93,8 @@ impl Outbound {
         } else {
             read_ca_file(ca_file)?
         };
-        let tls = client_config(roots(&extra))?;
+        let tls =
+            trust::client_config(trust::system_roots_and(&extra, "tls.ca_file")).map_err(client_error)?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls.clone())
             // Redirects are followed by `http_client::request_within`, hop by hop,
@@ -113,104 +115,33 @@ impl Outbound {
 }
 
 fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
-    let failed = |reason: String| TlsSetupError::CaFile {
-        path: path.display().to_string(),
-        reason,
-    };
-    let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| failed(format!("not a PEM certificate bundle: {e}")))?;
-    if certs.is_empty() {
-        return Err(failed("holds no PEM certificate".into()));
-    }
-    Ok(certs)
+    trust::read_certificates(path).map_err(|error| match error {
+        TrustError::File { path, reason } => TlsSetupError::CaFile { path, reason },
+        other => client_error(other),
+    })
 }
 
-/// The system's roots (webpki's bundled roots where the system has none), plus `extra`.
-fn roots(extra: &[CertificateDer<'static>]) -> rustls::RootCertStore {
-    let mut store = rustls::RootCertStore::empty();
-    let system = rustls_native_certs::load_native_certs();
-    for error in &system.errors {
-        tracing::debug!(%error, "a system trust root could not be read");
-    }
-    let (added, _) = store.add_parsable_certificates(system.certs);
-    if added == 0 {
-        tracing::info!("no system trust roots found; using the bundled webpki roots");
-        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    }
-    let (_, ignored) = store.add_parsable_certificates(extra.iter().cloned());
-    if ignored > 0 {
-        tracing::warn!(
-            ignored,
-            "certificates in tls.ca_file that are not usable CA certificates"
-        );
-    }
-    store
-}
-
-fn client_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, TlsSetupError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsSetupError::Client(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+fn client_error(error: TrustError) -> TlsSetupError {
+    TlsSetupError::Client(error.to_string())
 }
 
 /// Why a TLS connection failed, in words an operator can act on, if `error`
 /// (or anything in its source chain) is a TLS failure.
 pub fn failure_reason(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut next = Some(error);
-    while let Some(current) = next {
-        if let Some(tls) = current.downcast_ref::<rustls::Error>() {
-            return Some(describe(tls));
-        }
-        // `io::Error::source` skips the error it wraps (tokio-rustls puts the
-        // rustls error there, sometimes inside another io::Error): step into it.
-        next = match current.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => current.source(),
-        };
-    }
-    None
-}
-
-fn describe(error: &rustls::Error) -> String {
-    use rustls::CertificateError as Cert;
-    match error {
-        rustls::Error::InvalidCertificate(cert) => match cert {
-            Cert::UnknownIssuer => "unknown issuer: the certificate is not signed by a trusted CA \
-                 (add the CA to tls.ca_file)"
-                .into(),
-            Cert::NotValidForName | Cert::NotValidForNameContext { .. } => {
-                format!("name mismatch: the certificate is not valid for this host ({cert})")
-            }
-            Cert::Expired | Cert::ExpiredContext { .. } => format!("expired certificate ({cert})"),
-            Cert::NotValidYet | Cert::NotValidYetContext { .. } => {
-                format!("certificate not valid yet ({cert})")
-            }
-            other => format!("invalid certificate: {other}"),
-        },
-        other => format!("TLS handshake failed: {other}"),
-    }
+    trust::failure_reason(error, "tls.ca_file")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
 
     #[test]
-    fn certificate_failures_are_named() {
+    fn certificate_failures_name_tls_ca_file() {
         let unknown = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
-        let wrapped = io::Error::new(io::ErrorKind::InvalidData, unknown);
-        let twice = io::Error::other(wrapped);
-        let reason = failure_reason(&twice).unwrap_or_default();
+        let reason = failure_reason(&io::Error::other(unknown)).unwrap_or_default();
         assert!(reason.starts_with("unknown issuer"), "{reason}");
-        let expired = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
-        assert!(describe(&expired).starts_with("expired certificate"));
-        let plain = io::Error::other("connection refused");
-        assert_eq!(failure_reason(&plain), None);
+        assert!(reason.contains("tls.ca_file"), "{reason}");
     }
 
     #[test]

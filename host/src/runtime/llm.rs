@@ -132,7 +132,11 @@ impl LlmBudget {
             ("llm.caller_tokens\0", &mut usage.per_caller),
         ] {
             // Keys are `prefix name \0 day`; names hold no NUL (a plugin's or a caller's).
-            for key in self.store.keys(Collection::Meta, prefix.as_bytes(), MAX_USAGE_KEYS).await? {
+            for key in self
+                .store
+                .keys(Collection::Meta, prefix.as_bytes(), MAX_USAGE_KEYS)
+                .await?
+            {
                 let text = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
                 let Some((name, key_day)) = text.rsplit_once('\0') else {
                     continue;
@@ -140,7 +144,11 @@ impl LlmBudget {
                 if key_day.parse::<u64>().ok() != Some(day) {
                     continue;
                 }
-                let tokens = self.store.get::<u64>(Collection::Meta, &key).await?.unwrap_or_default();
+                let tokens = self
+                    .store
+                    .get::<u64>(Collection::Meta, &key)
+                    .await?
+                    .unwrap_or_default();
                 rows.push(TokensUsed {
                     name: name.to_string(),
                     tokens,

@@ -6,9 +6,10 @@
 //! connection ([`bus`]), which sqlx wraps in its own listener type. Every
 //! statement is prepared once per connection (deadpool's statement cache).
 //!
-//! **No TLS to the database** (`NoTls`): a known limit. Run the database on
-//! the same host or a private network, or put a TLS-terminating proxy (e.g.
-//! pgbouncer with `server_tls_sslmode`) beside each node.
+//! **TLS** by the URL's `sslmode` (`disable`, `require`, `verify-ca`,
+//! `verify-full`; without one, `verify-full` unless every host is loopback),
+//! with rustls and the node's one client policy: [`tls`] says how each mode
+//! verifies, and its one connector serves the pool and the bus alike.
 //!
 //! **Atomicity.** Every [`Backend`] method is one SQL statement (or, for the
 //! sweep, one transaction per batch), so the fleet guarantees hold under
@@ -35,19 +36,23 @@ mod bus;
 mod migrate;
 #[cfg(test)]
 pub(super) mod tests;
+mod tls;
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio::sync::{Mutex, broadcast};
+use tokio_postgres::Row;
+use tokio_postgres::config::SslMode as WireSslMode;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
 
 use super::backend::{Backend, FleetMessage, RawEntry};
 use super::{Collection, HistoryPage, PageBuilder, Result, StoreError, now_ms};
+use crate::config::{SslMode, StoreConfig};
 
 /// Rows one sweep statement deletes at most, so it never holds many locks long.
 const SWEEP_BATCH: usize = 1000;
@@ -81,25 +86,39 @@ impl Drop for PostgresBackend {
 }
 
 impl PostgresBackend {
-    /// Build the pool (`pool_size` connections, each wait bounded by
-    /// `timeout`), apply the migrations and start the fleet listener.
-    pub async fn connect(url: &str, pool_size: usize, timeout: Duration) -> Result<PostgresBackend> {
+    /// Build the pool (`store.postgres_pool_size` connections, each wait
+    /// bounded by `store.postgres_timeout_ms`) with TLS as the URL's `sslmode`
+    /// says (trusting `outbound_ca_file` too when `store.postgres_ca_file` is
+    /// empty), apply the migrations and start the fleet listener.
+    pub async fn connect(store: &StoreConfig, outbound_ca_file: &Path) -> Result<PostgresBackend> {
+        let timeout = Duration::from_millis(store.postgres_timeout_ms);
+        let url = store
+            .postgres_url()
+            .map_err(|e| StoreError::Database(e.to_string()))?;
         let mut config: tokio_postgres::Config = url
+            .url
             .parse()
-            .map_err(|e| StoreError::Database(format!("store.postgres_url: {e}")))?;
+            .map_err(|e| StoreError::Database(format!("store.postgres_url: {}", error_chain(&e))))?;
+        let mode = tls::mode(url.ssl_mode, &config);
+        let connector = tls::connector(store, outbound_ca_file, mode)?;
         config
+            .ssl_mode(match mode {
+                SslMode::Disable => WireSslMode::Disable,
+                SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => WireSslMode::Require,
+            })
             .connect_timeout(timeout)
             .options(format!("-c statement_timeout={}", timeout.as_millis()))
             .application_name("agora-node");
+        tracing::info!(sslmode = mode.as_str(), "connecting to the database");
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(pool_size)
+            .max_size(store.postgres_pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(timeout))
             .create_timeout(Some(timeout))
@@ -122,6 +141,7 @@ impl PostgresBackend {
         listen.application_name(format!("agora-fleet-{origin}"));
         let listener = bus::Listener {
             config: listen,
+            tls: connector,
             origin,
             sender: fleet.clone(),
             gate: listener_gate.clone(),
@@ -532,8 +552,11 @@ impl Backend for PostgresBackend {
 /// database refused is a bug.
 fn db_error(error: tokio_postgres::Error) -> StoreError {
     let Some(code) = error.code().map(|code| code.code().to_owned()) else {
-        // No SQLSTATE: the socket failed, closed or timed out.
-        return StoreError::Unavailable(format!("the database connection failed: {error}"));
+        // No SQLSTATE: the socket or its TLS failed, closed or timed out.
+        return StoreError::Unavailable(
+            tls::failure(&error)
+                .unwrap_or_else(|| format!("the database connection failed: {}", error_chain(&error))),
+        );
     };
     let detail = error
         .as_db_error()
@@ -547,6 +570,19 @@ fn db_error(error: tokio_postgres::Error) -> StoreError {
     } else {
         StoreError::Database(format!("{code}: {detail}"))
     }
+}
+
+/// An error and its causes: tokio-postgres's own text leaves the cause out
+/// ("invalid connection string", "error connecting to server").
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
 }
 
 fn pool_error(error: PoolError) -> StoreError {

@@ -22,6 +22,11 @@
 //! process group, so a Ctrl-C at the terminal reaches the tests, not them
 //! mid-cleanup. [`Postgres`]'s `Drop` does the same at once for clusters a test
 //! owns; [`Postgres::shared`] lives until the process ends.
+//!
+//! [`Postgres::start_with_tls`] starts a cluster with `ssl = on`, serving a
+//! certificate and key the test made (so the test knows which CA signed it and
+//! for which names), and optionally asking every TCP client for a certificate
+//! signed by a CA the test names; its admin tools then use the Unix socket.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
@@ -40,6 +45,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The role `initdb` creates; every database belongs to it, trust auth on loopback.
 const ROLE: &str = "agora";
 
+/// What a cluster started with [`Postgres::start_with_tls`] serves, as PEM.
+pub struct ServerTls {
+    /// The server's certificate chain, leaf first.
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// When set, every TCP connection must present a client certificate
+    /// signed by one of these CAs (`hostssl … clientcert=verify-ca`).
+    pub client_ca_pem: Option<String>,
+}
+
 /// One PostgreSQL cluster, stopped and removed on drop.
 pub struct Postgres {
     bin: PathBuf,
@@ -49,6 +64,10 @@ pub struct Postgres {
     /// `Some` when running as root: the `postgres` system user's uid and gid.
     run_as: Option<(u32, u32)>,
     server: Mutex<Option<Child>>,
+    /// The `-c` settings that turn TLS on, when the cluster serves it.
+    tls_settings: Vec<String>,
+    /// Whether TCP clients must present a certificate (admin tools use the socket).
+    client_certificates: bool,
     /// The watchdog, its stdin pipe held open and never written (see the module doc).
     watchdog: Mutex<Child>,
     databases: AtomicU32,
@@ -58,6 +77,16 @@ impl Postgres {
     /// A new cluster of its own, running. Panics with a clear message when
     /// PostgreSQL is not installed or does not start.
     pub fn start() -> Postgres {
+        Self::start_cluster(None)
+    }
+
+    /// A new cluster of its own serving TLS with `tls`'s certificate (and plain
+    /// TCP too: a client's `sslmode` decides).
+    pub fn start_with_tls(tls: &ServerTls) -> Postgres {
+        Self::start_cluster(Some(tls))
+    }
+
+    fn start_cluster(tls: Option<&ServerTls>) -> Postgres {
         let bin = find_bin().unwrap_or_else(|| panic!("{NOT_INSTALLED}"));
         static CLUSTERS: AtomicU32 = AtomicU32::new(0);
         let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
@@ -69,18 +98,74 @@ impl Postgres {
             std::os::unix::fs::chown(&root, Some(uid), Some(gid)).expect("handing the folder to postgres");
         }
         let watchdog = spawn_watchdog(&root);
-        let cluster = Postgres {
+        let mut cluster = Postgres {
             bin,
             root,
             port: free_port(),
             run_as,
             server: Mutex::new(None),
+            tls_settings: Vec::new(),
+            client_certificates: false,
             watchdog: Mutex::new(watchdog),
             databases: AtomicU32::new(0),
         };
         cluster.initdb();
+        if let Some(tls) = tls {
+            cluster.configure_tls(tls);
+        }
         cluster.spawn_server();
         cluster
+    }
+
+    /// Write the server's pair (and the client CA) where the server reads them,
+    /// owned by its user with the modes it insists on.
+    fn configure_tls(&mut self, tls: &ServerTls) {
+        let cert = self.write_private("server.crt", &tls.cert_pem);
+        let key = self.write_private("server.key", &tls.key_pem);
+        self.tls_settings = vec![
+            "ssl=on".into(),
+            format!("ssl_cert_file={}", cert.display()),
+            format!("ssl_key_file={}", key.display()),
+        ];
+        if let Some(client_ca) = &tls.client_ca_pem {
+            let ca = self.write_private("client-ca.crt", client_ca);
+            self.tls_settings.push(format!("ssl_ca_file={}", ca.display()));
+            // Read top down: TCP without a verified client certificate matches no line.
+            let hba = self.data().join("pg_hba.conf");
+            std::fs::write(
+                &hba,
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n",
+            )
+            .expect("writing pg_hba.conf");
+            self.hand_over(&hba);
+            self.client_certificates = true;
+        }
+    }
+
+    fn write_private(&self, name: &str, contents: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.root.join(name);
+        std::fs::write(&path, contents).unwrap_or_else(|e| panic!("writing {name}: {e}"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+        self.hand_over(&path);
+        path
+    }
+
+    /// Give a file to the server's user (when we are root and it is not us).
+    fn hand_over(&self, path: &Path) {
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("handing a file to postgres");
+        }
+    }
+
+    /// Where the admin tools connect: loopback TCP, or the Unix socket when TCP
+    /// clients must present a certificate the tools do not have.
+    fn admin_host(&self) -> String {
+        if self.client_certificates {
+            self.root.display().to_string()
+        } else {
+            "127.0.0.1".to_string()
+        }
     }
 
     /// One cluster for the whole test process, started by the first caller.
@@ -102,7 +187,15 @@ impl Postgres {
     pub fn create_database(&self) -> String {
         let name = format!("test_{}", self.databases.fetch_add(1, Ordering::Relaxed));
         let status = Command::new(self.bin.join("createdb"))
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", ROLE, &name])
+            .args([
+                "-h",
+                &self.admin_host(),
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                ROLE,
+                &name,
+            ])
             .status()
             .expect("running createdb");
         assert!(status.success(), "createdb {name} failed");
@@ -200,6 +293,9 @@ impl Postgres {
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(&self.root)
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400"]);
+        for setting in &self.tls_settings {
+            command.arg("-c").arg(setting);
+        }
         if std::env::var_os("AGORA_TEST_PG_FAST").is_some_and(|v| v == "1") {
             command.args(["-c", "fsync=off", "-c", "synchronous_commit=off"]);
         }

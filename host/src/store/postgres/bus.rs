@@ -25,10 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, broadcast, mpsc};
-use tokio_postgres::tls::NoTlsStream;
-use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, Socket};
 
-use super::db_error;
+use super::{db_error, tls};
 use crate::store::Result;
 use crate::store::backend::FleetMessage;
 
@@ -73,6 +72,8 @@ impl Position {
 
 pub(super) struct Listener {
     pub config: Config,
+    /// The pool's connector: the bus connection is verified the same way.
+    pub tls: tls::Connector,
     pub origin: uuid::Uuid,
     pub sender: broadcast::Sender<FleetMessage>,
     /// Held by a test to keep the listener from reconnecting.
@@ -90,7 +91,7 @@ impl Listener {
         loop {
             let connected = {
                 let _open = self.gate.lock().await;
-                self.config.connect(NoTls).await
+                self.config.connect(self.tls.clone()).await
             };
             if let Ok((client, connection)) = connected {
                 backoff = FIRST_BACKOFF;
@@ -105,7 +106,7 @@ impl Listener {
     async fn serve(
         &self,
         client: &Client,
-        mut connection: Connection<Socket, NoTlsStream>,
+        mut connection: Connection<Socket, tls::Stream>,
         position: &mut Position,
     ) {
         // The connection delivers notifications only while polled: a task

@@ -26,7 +26,11 @@ pub(crate) async fn fresh_database() -> String {
 }
 
 pub(crate) async fn backend(url: &str, timeout: Duration) -> PostgresBackend {
-    PostgresBackend::connect(url, 16, timeout)
+    let mut store = crate::config::Config::defaults().store;
+    store.postgres_url = url.to_string();
+    store.postgres_pool_size = 16;
+    store.postgres_timeout_ms = u64::try_from(timeout.as_millis()).expect("a test timeout");
+    PostgresBackend::connect(&store, std::path::Path::new(""))
         .await
         .expect("connecting to the test database")
 }

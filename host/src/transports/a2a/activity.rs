@@ -59,6 +59,7 @@ pub async fn history_key(node: &NodeState, id: &str) -> Result<Option<String>, S
 
 /// An RFC 3339 timestamp as Unix milliseconds.
 fn unix_ms(timestamp: &str) -> Option<u64> {
-    let parsed = time::OffsetDateTime::parse(timestamp, &time::format_description::well_known::Rfc3339).ok()?;
+    let parsed =
+        time::OffsetDateTime::parse(timestamp, &time::format_description::well_known::Rfc3339).ok()?;
     u64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).ok()
 }

@@ -39,11 +39,11 @@
 //! message taken, an approval decided, the reply) is committed to disk first.
 
 pub mod access;
+pub mod activity;
 mod client;
 mod connection;
 mod error;
 mod fleet;
-pub mod activity;
 mod history;
 mod session;
 mod state;

@@ -272,7 +272,10 @@ impl Approver for FormApprover {
 
     fn withdraw(&self, question: &ApprovalAsked) {
         // Timed out or the call went away: tell the client the form is moot.
-        self.cancel_form(question, "the approval is no longer needed (timed out or the call ended)");
+        self.cancel_form(
+            question,
+            "the approval is no longer needed (timed out or the call ended)",
+        );
     }
 
     fn settled(&self, question: &ApprovalAsked, _outcome: &ApprovalOutcome) {
