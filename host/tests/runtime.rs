@@ -279,6 +279,27 @@ async fn a_broken_file_leaves_the_old_version_serving_until_a_good_one_comes() {
     assert_eq!(status[0]["version"], "1.0.0", "{status}");
     let error = status[0]["error"].as_str().unwrap_or_default();
     assert!(error.contains("not a valid plugin component"), "{status}");
+    // The same bytes again (the watcher after an upload): not compiled, nor reported, twice.
+    let failed_loads = || {
+        test.runtime
+            .metrics()
+            .render()
+            .lines()
+            .find(|line| line.starts_with("agora_plugin_reloads_total{outcome=\"error\"}"))
+            .map(str::to_string)
+    };
+    let once = failed_loads();
+    assert!(
+        once.as_deref().is_some_and(|line| line.ends_with(" 1")),
+        "{once:?}"
+    );
+    test.runtime.reload(&file).await;
+    assert_eq!(failed_loads(), once);
+    assert_eq!(
+        test.status()[0]["error"],
+        status[0]["error"],
+        "the reason stays shown"
+    );
 
     test.install("versioned", &versioned_build(3));
     test.runtime.reload(&file).await;

@@ -851,15 +851,22 @@ fn browser_test(node: &TestNode, script: &str, screenshot: &str) {
 
 /// [`browser_test`] with the page at `url` (https, another host name…).
 pub(crate) fn browser_test_at(node: &TestNode, url: &str, script: &str, screenshot: &str) {
+    let screenshot = crate::support::repo_root().join("tests/browser").join(screenshot);
+    let _ = std::fs::remove_file(&screenshot);
+    browser_script(node, url, script, &[("SCREENSHOT", screenshot.as_os_str())]);
+    assert!(screenshot.exists());
+}
+
+/// Run `script` (in tests/browser) in chromium against `node`, its page at `url`,
+/// with `env` besides; it must end with "browser test passed".
+pub(crate) fn browser_script(node: &TestNode, url: &str, script: &str, env: &[(&str, &std::ffi::OsStr)]) {
     let root = crate::support::repo_root();
     browser_tooling(&root);
     let dir = root.join("tests/browser");
-    let screenshot = dir.join(screenshot);
-    let _ = std::fs::remove_file(&screenshot);
     let output = Command::new("node")
         .arg(dir.join(script))
         .env("HAI_URL", url)
-        .env("SCREENSHOT", &screenshot)
+        .envs(env.iter().copied())
         .current_dir(&dir)
         .output()
         .expect("running node");
@@ -871,7 +878,6 @@ pub(crate) fn browser_test_at(node: &TestNode, url: &str, script: &str, screensh
         node.log_text()
     );
     assert!(stdout.contains("browser test passed"), "{stdout}");
-    assert!(screenshot.exists());
 }
 
 #[test]

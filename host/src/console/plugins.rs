@@ -47,16 +47,21 @@ pub async fn list_of(node: &NodeState) -> Value {
     json!({ "plugins": rows })
 }
 
-/// One plugin file: its status as `/health` has it, the file as it is on disk
-/// now (a failed or removed file may have none), and, for the version serving,
-/// its tools with their risk and how its calls went.
+/// One plugin file: its status as `/health` has it, and, for the version
+/// serving, its size, tools with their risk and how its calls went (the size
+/// of the file on disk when nothing serves from it).
 async fn row(node: &NodeState, status: PluginStatus) -> Value {
-    let size = tokio::fs::metadata(&status.file)
-        .await
-        .ok()
-        .map(|meta| meta.len());
     let registry = node.runtime.registry();
     let serving = registry.by_file(Path::new(&status.file));
+    // The version serving, like the hash and version beside it; the file on disk
+    // only when nothing serves from it.
+    let size = match serving {
+        Some(plugin) => Some(plugin.size),
+        None => tokio::fs::metadata(&status.file)
+            .await
+            .ok()
+            .map(|meta| meta.len()),
+    };
     let tools: Vec<Value> = serving
         .map(|plugin| {
             plugin

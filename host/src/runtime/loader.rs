@@ -77,7 +77,12 @@ impl Runtime {
 
     /// Bring the plugin at `file` in line with the disk: load a new or changed
     /// file, withdraw a deleted one. Failures leave the previous version serving.
+    ///
+    /// One reload runs at a time: the watcher and the console's upload may
+    /// both ask for the same new file, and the second then finds it serving
+    /// (or failed, with the same content) instead of compiling it again.
     pub async fn reload(&self, file: &Path) {
+        let _one_at_a_time = self.inner.reloading.lock().await;
         // `symlink_metadata`: a dangling symlink is a file that is there (and
         // fails to load), not a removal that would end the install.
         if std::fs::symlink_metadata(file).is_err() {
@@ -93,7 +98,7 @@ impl Runtime {
         }
         let loaded = self.load(file).await;
         match loaded {
-            Ok(Some(plugin)) => {
+            Ok(Loaded::New(plugin)) => {
                 tracing::info!(
                     plugin = %plugin.manifest.name,
                     version = %plugin.manifest.version,
@@ -108,21 +113,26 @@ impl Runtime {
                     .get_or_create(&OutcomeLabels::new("ok"))
                     .inc();
             }
-            Ok(None) => {
+            Ok(Loaded::Serving) => {
                 // The file is back to the version already serving: nothing is wrong any more.
                 self.inner.load_errors.write().remove(file);
             }
-            Err(error) => {
+            // Said and counted when those bytes failed; they fail the same way again.
+            Ok(Loaded::FailedBefore) => {}
+            Err(Failed { content_hash, error }) => {
                 tracing::error!(file = %file.display(), %error, "plugin not loaded; the previous version (if any) keeps serving");
                 self.inner
                     .metrics
                     .reloads
                     .get_or_create(&OutcomeLabels::new("error"))
                     .inc();
-                self.inner
-                    .load_errors
-                    .write()
-                    .insert(file.to_path_buf(), error.to_string());
+                self.inner.load_errors.write().insert(
+                    file.to_path_buf(),
+                    super::FailedLoad {
+                        content_hash,
+                        error: error.to_string(),
+                    },
+                );
             }
         }
         // Only now: the file is never missing from the status in between.
@@ -234,8 +244,9 @@ impl Runtime {
         }
     }
 
-    /// Compile, validate and swap in one plugin. `Ok(None)`: unchanged, nothing to do.
-    async fn load(&self, file: &Path) -> Result<Option<Arc<LoadedPlugin>>, LoadError> {
+    /// Compile, validate and swap in one plugin, unless these bytes are serving
+    /// already or failed already.
+    async fn load(&self, file: &Path) -> Result<Loaded, Failed> {
         let limit = self.inner.host.config.max_file_mb << 20;
         let path = file.to_path_buf();
         let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&path, limit))
@@ -243,13 +254,47 @@ impl Runtime {
             .map_err(|error| LoadError::Read {
                 path: file.into(),
                 source: std::io::Error::other(error.to_string()),
-            })??;
+            })
+            .and_then(|read| read)
+            .map_err(|error| Failed {
+                content_hash: None,
+                error,
+            })?;
         let content_hash = crate::crypto::sha256_hex(&bytes);
         if let Some(current) = self.registry().by_file(file)
             && current.content_hash == content_hash
         {
-            return Ok(None);
+            return Ok(Loaded::Serving);
         }
+        let failed_before = self
+            .inner
+            .load_errors
+            .read()
+            .get(file)
+            .is_some_and(|failed| failed.content_hash.as_deref() == Some(content_hash.as_str()));
+        if failed_before {
+            return Ok(Loaded::FailedBefore);
+        }
+        let size = bytes.len() as u64;
+        self.swap_in(file, bytes, content_hash.clone(), size)
+            .await
+            .map(Loaded::New)
+            .map_err(|error| Failed {
+                // Only what the bytes alone decide: a name taken by another file may be free
+                // later, and a manifest is read by running the plugin, which may time out.
+                content_hash: matches!(error, LoadError::Compile { .. }).then_some(content_hash),
+                error,
+            })
+    }
+
+    /// Compile and validate `bytes`, the content of `file`, and put the plugin in the registry.
+    async fn swap_in(
+        &self,
+        file: &Path,
+        bytes: Vec<u8>,
+        content_hash: String,
+        size: u64,
+    ) -> Result<Arc<LoadedPlugin>, LoadError> {
         let language = toolchain_language(&bytes);
         let compiling = Instant::now();
         let pre = self.compile(file, bytes).await?;
@@ -294,6 +339,7 @@ impl Runtime {
             manifest,
             content_hash,
             loaded_at_ms: crate::store::now_ms(),
+            size,
             compile_ms,
             language,
             capabilities,
@@ -320,7 +366,7 @@ impl Runtime {
             self.inner.host.config.cache_max_mb << 20,
         );
         tokio::task::spawn_blocking(move || engine::evict_unused(&cache, &in_use, bound));
-        Ok(Some(plugin))
+        Ok(plugin)
     }
 
     /// Compile (or load from the cache) and pre-link, with a log line at each end.
@@ -441,6 +487,21 @@ fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
         });
     }
     Ok(bytes)
+}
+
+/// What a load found.
+enum Loaded {
+    New(Arc<LoadedPlugin>),
+    /// The file holds the version serving already.
+    Serving,
+    /// The file holds the bytes that failed to load last time.
+    FailedBefore,
+}
+
+/// A load that failed, with the content it failed on when those bytes will always fail.
+struct Failed {
+    content_hash: Option<String>,
+    error: LoadError,
 }
 
 /// The language a component was written in, by the marks its toolchain leaves

@@ -90,6 +90,8 @@ pub struct LoadedPlugin {
     /// SHA-256 of the `.wasm` file, hex.
     pub content_hash: String,
     pub loaded_at_ms: u64,
+    /// The `.wasm` file's size in bytes.
+    pub size: u64,
     /// How long compiling it took (or loading it from the compile cache).
     pub compile_ms: u64,
     /// `rust`, `python` or `javascript`, when its toolchain says ([`loader`]).
@@ -105,6 +107,13 @@ pub struct LoadedPlugin {
     warm: Option<Arc<warm::WarmPool>>,
 }
 
+/// Why a plugin file did not load, and the content it failed on (none when
+/// it could not be read), so the same bytes are not compiled again.
+struct FailedLoad {
+    content_hash: Option<String>,
+    error: String,
+}
+
 /// Shared state behind [`Runtime`] handles.
 pub struct RuntimeInner {
     engine: Engine,
@@ -112,7 +121,9 @@ pub struct RuntimeInner {
     registry: RwLock<Arc<Registry>>,
     /// Bumped after every change of the registry (MCP's `tools/list_changed`).
     registry_changes: tokio::sync::watch::Sender<u64>,
-    load_errors: RwLock<BTreeMap<PathBuf, String>>,
+    load_errors: RwLock<BTreeMap<PathBuf, FailedLoad>>,
+    /// Held by the reload running, so the same file is never compiled twice at once.
+    reloading: tokio::sync::Mutex<()>,
     /// The start-up load, while it runs: what is still to compile.
     progress: RwLock<StartProgress>,
     /// What the host functions of a running call reach; shared with every instance.
@@ -177,6 +188,7 @@ impl Runtime {
                 registry: RwLock::new(Arc::new(Registry::default())),
                 registry_changes: tokio::sync::watch::Sender::new(0),
                 load_errors: RwLock::new(BTreeMap::new()),
+                reloading: tokio::sync::Mutex::new(()),
                 progress: RwLock::default(),
                 tools: config.tools.clone(),
                 mcp_servers: McpServers::from_config(&config),
@@ -299,11 +311,11 @@ impl Runtime {
                 },
             );
         }
-        for (file, error) in errors.iter() {
+        for (file, failed) in errors.iter() {
             let status = statuses
                 .entry(file.clone())
                 .or_insert_with(|| unknown(file, LoadState::Failed));
-            status.error = Some(error.clone());
+            status.error = Some(failed.error.clone());
         }
         // A file being compiled again (a new version) says so, whatever served before.
         for (files, state) in [
