@@ -270,8 +270,12 @@ pub async fn row9(settings: &Settings) -> Result<Row> {
 pub async fn row10(settings: &Settings) -> Result<Row> {
     let postgres = Postgres::start();
     let database = postgres.create_database();
+    let mut store = agora_node::config::Config::defaults().store;
+    store.postgres_url = database;
+    store.postgres_pool_size = settings.connections.max(1);
+    store.postgres_timeout_ms = 5_000;
     let shared = Store::new(Arc::new(
-        PostgresBackend::connect(&database, settings.connections.max(1), Duration::from_secs(5))
+        PostgresBackend::connect(&store, std::path::Path::new(""))
             .await
             .map_err(|e| anyhow!("connecting to the bench database: {e}"))?,
     ));
