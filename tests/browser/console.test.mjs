@@ -20,7 +20,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { launch, nodeUrl, say } from './support.mjs';
+import { assertVendored, launch, nodeUrl, say } from './support.mjs';
 
 const base = nodeUrl();
 const consoleUrl = new URL('console/', base).href;
@@ -198,15 +198,10 @@ async function approveInConsole(page, approvalId, feedback) {
 try {
   await mkdir(shots, { recursive: true });
   // 0. The vendored charting library the node serves is the pinned npm package.
-  for (const [served, pinned] of [
+  await assertVendored(consoleUrl, [
     ['vendor/uPlot.iife.min.js', 'uplot/dist/uPlot.iife.min.js'],
     ['vendor/uPlot.min.css', 'uplot/dist/uPlot.min.css'],
-  ]) {
-    const reply = await fetch(new URL(served, consoleUrl));
-    assert.equal(reply.status, 200, served);
-    const copy = await readFile(new URL(`node_modules/${pinned}`, import.meta.url), 'utf8');
-    assert.equal(await reply.text(), copy, `${served} is not ${pinned}`);
-  }
+  ]);
 
   const context = await browser.newContext({ viewport: DESKTOP });
   const page = await context.newPage();

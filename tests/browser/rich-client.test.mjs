@@ -8,7 +8,7 @@
 // Writes SCREENSHOT (default ./screenshot-rich.png).
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
-import { answer, finals, launch, nodeUrl, openChat, say } from './support.mjs';
+import { answer, assertVendored, finals, launch, nodeUrl, openChat, say } from './support.mjs';
 
 const RATE_LIMIT = 4;
 const url = nodeUrl();
@@ -28,15 +28,10 @@ async function axeViolations(page) {
 
 try {
   // 0. The vendored renderer and sanitiser the node serves are the pinned npm packages.
-  for (const [served, pinned] of [
+  await assertVendored(url, [
     ['vendor/marked.esm.js', 'marked/lib/marked.esm.js'],
     ['vendor/purify.min.js', 'dompurify/dist/purify.min.js'],
-  ]) {
-    const reply = await fetch(new URL(served, url));
-    assert.equal(reply.status, 200, served);
-    const copy = await readFile(new URL(`node_modules/${pinned}`, import.meta.url), 'utf8');
-    assert.equal(await reply.text(), copy, `${served} is not ${pinned}`);
-  }
+  ]);
 
   const { page } = await openChat(browser, url);
 

@@ -1,5 +1,8 @@
 // What both browser tests share: Debian's chromium through playwright-core, and
 // talking to the chat the way a person does (type, press Send, wait for the answer).
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+
 import { chromium } from 'playwright-core';
 
 /** Chromium, with `extraArgs` for this one browser only. */
@@ -50,4 +53,17 @@ export async function openChat(browser, url, options = {}, beforeLoad = () => {}
   await page.goto(url);
   await page.waitForSelector('#connection[data-state="connected"]');
   return { context, page };
+}
+
+/**
+ * Each `[served, pinned]` pair: the file the node serves at `served` (relative to
+ * `base`) is byte for byte the npm package's file `pinned` (under node_modules).
+ */
+export async function assertVendored(base, pairs) {
+  for (const [served, pinned] of pairs) {
+    const reply = await fetch(new URL(served, base));
+    assert.equal(reply.status, 200, served);
+    const copy = await readFile(new URL(`node_modules/${pinned}`, import.meta.url), 'utf8');
+    assert.equal(await reply.text(), copy, `${served} is not ${pinned}`);
+  }
 }
