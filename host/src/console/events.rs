@@ -10,11 +10,12 @@
 //! - `activity` every fifteen seconds, when it changed;
 //! - `series` each five seconds, when a new point is whole.
 //!
-//! A stream holds a task and a channel of a few events; at most
-//! [`MAX_STREAMS`] are open at once (a console has few operators), and one
+//! A stream is its response's own, no task beside it: it looks at the node
+//! only when the page has read what was due, and ends with the response. At
+//! most [`MAX_STREAMS`] are open at once (a console has few operators); one
 //! more is refused with 503 rather than queued.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde_json::Value;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::{ConsoleError, activity, approvals, log, overview, plugins};
 use crate::metrics::recent::SLOT_MS;
@@ -35,8 +36,6 @@ pub const MAX_STREAMS: usize = 16;
 /// How often the parts without a change signal of their own are looked at.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Events a stream may have queued for a slow reader; the task waits beyond it.
-const QUEUED_EVENTS: usize = 8;
 /// `activity` is looked at every this many series points.
 const ACTIVITY_EVERY_SLOTS: u64 = 3;
 
@@ -59,65 +58,85 @@ pub async fn events(
             "{MAX_STREAMS} console streams are open already; close one (another tab?) and reload"
         ))
     })?;
-    let (sender, receiver) = mpsc::channel(QUEUED_EVENTS);
-    let background = node.background.clone();
-    background.spawn("console.events", async move {
-        let _place = place;
-        follow(node, sender).await;
-    });
-    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|event| (event, receiver))
+    let follower = Follower {
+        approvals_changed: node.runtime.approvals().changes(),
+        registry_changed: node.runtime.registry_changes(),
+        look: tokio::time::interval(LOOK_EVERY),
+        sender: Sender::default(),
+        log_written: None,
+        series_slot: None,
+        node,
+        _place: place,
+    };
+    // The stream is the response's own: it runs while the page reads it and
+    // ends, its place given back, when the page goes.
+    let stream = futures::stream::unfold(follower, |mut follower| async move {
+        let event = follower.next().await;
+        Some((Ok(event), follower))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
-/// What a stream last sent of each kind, so an unchanged part is not sent again.
+/// What a stream last sent of each kind, so an unchanged part is not sent
+/// again, and what it has to send next.
+#[derive(Default)]
 struct Sender {
-    channel: mpsc::Sender<Result<Event, Infallible>>,
     sent: HashMap<&'static str, String>,
+    queued: VecDeque<Event>,
 }
 
 impl Sender {
-    /// Send `data` as a `kind` event unless it is what was sent last; `false`: the reader left.
-    async fn send(&mut self, kind: &'static str, data: Value) -> bool {
+    /// Queue `data` as a `kind` event unless it is what was sent last.
+    fn send(&mut self, kind: &'static str, data: Value) {
         let text = data.to_string();
         if self.sent.get(kind) == Some(&text) {
-            return true;
+            return;
         }
-        let event = Event::default().event(kind).data(&text);
+        self.queued.push_back(Event::default().event(kind).data(&text));
         self.sent.insert(kind, text);
-        self.channel.send(Ok(event)).await.is_ok()
     }
 }
 
-async fn follow(node: NodeState, channel: mpsc::Sender<Result<Event, Infallible>>) {
-    let mut approvals_changed = node.runtime.approvals().changes();
-    let mut registry_changed = node.runtime.registry_changes();
-    let mut sender = Sender {
-        channel,
-        sent: HashMap::new(),
-    };
-    let mut look = tokio::time::interval(LOOK_EVERY);
-    let mut log_written = None;
-    let mut series_slot = None;
-    loop {
-        let go_on = tokio::select! {
-            // An `Err`: the runtime is gone, the node stopping.
-            changed = approvals_changed.changed() => {
-                changed.is_ok()
-                    && sender.send("approvals", approvals::list_of(&node)).await
-                    && sender.send("overview", overview::overview_of(&node).await).await
+/// One page's stream: the change signals it waits on and what it sent.
+struct Follower {
+    node: NodeState,
+    approvals_changed: watch::Receiver<u64>,
+    registry_changed: watch::Receiver<u64>,
+    look: tokio::time::Interval,
+    sender: Sender,
+    log_written: Option<u64>,
+    series_slot: Option<u64>,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Follower {
+    /// The next event, once one is due.
+    async fn next(&mut self) -> Event {
+        loop {
+            if let Some(event) = self.sender.queued.pop_front() {
+                return event;
             }
-            changed = registry_changed.changed() => {
-                changed.is_ok()
-                    && sender.send("plugins", plugins::list_of(&node).await).await
-                    && sender.send("overview", overview::overview_of(&node).await).await
+            let node = &self.node;
+            tokio::select! {
+                // An `Err`: the runtime is gone, the node stopping; the page's read ends with it.
+                changed = self.approvals_changed.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    self.sender.send("approvals", approvals::list_of(node));
+                    self.sender.send("overview", overview::overview_of(node).await);
+                }
+                changed = self.registry_changed.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    self.sender.send("plugins", plugins::list_of(node).await);
+                    self.sender.send("overview", overview::overview_of(node).await);
+                }
+                _ = self.look.tick() => {
+                    look_again(node, &mut self.sender, &mut self.log_written, &mut self.series_slot).await;
+                }
             }
-            _ = look.tick() => look_again(&node, &mut sender, &mut log_written, &mut series_slot).await,
-            () = sender.channel.closed() => false,
-        };
-        if !go_on {
-            return;
         }
     }
 }
@@ -128,38 +147,29 @@ async fn look_again(
     sender: &mut Sender,
     log_written: &mut Option<u64>,
     series_slot: &mut Option<u64>,
-) -> bool {
+) {
     let first = series_slot.is_none();
     let slot = crate::vocab::now_ms() / SLOT_MS;
     if *series_slot != Some(slot) {
         *series_slot = Some(slot);
         // The overview's uptime moves every look; it is sent with each new point, not each second.
-        if !sender.send("series", overview::series_of(node)).await
-            || !sender.send("overview", overview::overview_of(node).await).await
-        {
-            return false;
-        }
+        sender.send("series", overview::series_of(node));
+        sender.send("overview", overview::overview_of(node).await);
         // It reads up to four times `activity::SCAN` records: every third point is often enough.
         // A store that does not answer now is shown by the overview; the next look tries again.
         if (first || slot.is_multiple_of(ACTIVITY_EVERY_SLOTS))
             && let Ok(activity) = activity::activity_of(node).await
-            && !sender.send("activity", activity).await
         {
-            return false;
+            sender.send("activity", activity);
         }
     }
-    if first && !sender.send("approvals", approvals::list_of(node)).await {
-        return false;
+    if first {
+        sender.send("approvals", approvals::list_of(node));
     }
-    if !sender.send("plugins", plugins::list_of(node).await).await {
-        return false;
-    }
+    sender.send("plugins", plugins::list_of(node).await);
     let written = crate::logging::recent::recent().written();
     if *log_written != Some(written) {
         *log_written = Some(written);
-        if !sender.send("log", log::list_of()).await {
-            return false;
-        }
+        sender.send("log", log::list_of());
     }
-    true
 }
