@@ -402,7 +402,10 @@ impl LoadReport {
 }
 
 /// Run `clients` threads, each calling `request(client, round)` in a loop, for as
-/// long as `during` runs; an `Err` is a failed request.
+/// long as `during` runs; an `Err` is a failed request. `during` starts once every
+/// client has had its first answer (or failure), so the load is running by then:
+/// on a busy machine a short `during` could otherwise end before a client's
+/// thread even began.
 pub fn under_load<T>(
     clients: usize,
     request: impl Fn(usize, u64) -> Result<(), String> + Sync,
@@ -435,6 +438,12 @@ pub fn under_load<T>(
             });
         }
         let _stop = StopOnDrop(&stop);
+        let started = std::time::Instant::now();
+        while served.load(Ordering::Relaxed) + failures.lock().unwrap().len() < clients
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         during()
     });
     let report = LoadReport {
