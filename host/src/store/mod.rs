@@ -517,7 +517,7 @@ impl Store {
 
     /// The records of `collection` under `prefix`, at most `limit`, with their
     /// keys; a record that does not read as `T` (another shape under the same
-    /// prefix) is skipped.
+    /// prefix) is skipped, a store that fails is an error.
     pub async fn records<T: DeserializeOwned>(
         &self,
         collection: Collection,
@@ -526,8 +526,9 @@ impl Store {
     ) -> Result<Vec<(String, T)>> {
         let mut records = Vec::new();
         for key in self.keys(collection, prefix, limit).await? {
-            let Ok(record) = self.get::<T>(collection, &key).await else {
-                continue;
+            let record = match self.get::<T>(collection, &key).await {
+                Err(StoreError::Corrupt(_)) => continue,
+                other => other?,
             };
             if let Some(record) = record {
                 records.push((String::from_utf8_lossy(&key).into_owned(), record));

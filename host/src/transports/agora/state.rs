@@ -48,22 +48,19 @@ impl AgoraState {
 /// frees capacity an attacker filled nor forgets honest clients' places.
 async fn restore_limits(node: &NodeState, limits: &ConversationLimits) {
     let now = now_ms() / 1000;
-    let ids = match node.store.keys(Collection::Conversations, b"", usize::MAX).await {
-        Ok(ids) => ids,
+    let records = match node
+        .store
+        .records::<Conversation>(Collection::Conversations, b"", usize::MAX)
+        .await
+    {
+        Ok(records) => records,
         Err(error) => {
             tracing::warn!(%error, "cannot count the stored Agora conversations");
             return;
         }
     };
-    for id in ids {
-        let Ok(id) = String::from_utf8(id) else { continue };
-        if let Ok(Some(record)) = node
-            .store
-            .get::<Conversation>(Collection::Conversations, id.as_bytes())
-            .await
-        {
-            limits.restore(&id, record.client, record.expires_at, now);
-        }
+    for (id, record) in records {
+        limits.restore(&id, record.client, record.expires_at, now);
     }
 }
 
