@@ -203,7 +203,12 @@ pub async fn remove(
             )));
         }
     }
-    node.runtime.reload(&target).await;
+    // Like an upload's load, the removal (its routes, then its data) runs on if this request ends first.
+    let (runtime, removed) = (node.runtime.clone(), target.clone());
+    let _ = node
+        .background
+        .spawn("console.remove", async move { runtime.reload(&removed).await })
+        .await;
     tracing::info!(file = %target.display(), "console: plugin removed");
     Ok(Json(json!({ "removed": format!("{file}.wasm") })))
 }
