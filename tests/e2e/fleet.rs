@@ -165,11 +165,11 @@ fn agora_start(node: &TestNode, request: Value) -> HttpReply {
     support::post_json(&node.url("/agora"), &request)
 }
 
-fn agora_follow(node: &TestNode, id: &str, request: Value) -> HttpReply {
+pub(crate) fn agora_follow(node: &TestNode, id: &str, request: Value) -> HttpReply {
     support::post_json(&node.url(&format!("/agora/conversations/{id}")), &request)
 }
 
-fn agora_body(reply: &HttpReply) -> Value {
+pub(crate) fn agora_body(reply: &HttpReply) -> Value {
     assert_eq!(reply.status, 200, "{}", reply.body);
     let value = reply.json();
     assert_eq!(value["status"], "success", "{value}");
@@ -293,7 +293,7 @@ fn assert_storage_503s(node: &TestNode, agent: &Agent, did: &str, sender: &Agent
     assert_eq!(health.json()["store"]["status"], "unavailable");
 }
 
-fn guess_hash() -> String {
+pub(crate) fn guess_hash() -> String {
     let document = std::fs::read_to_string(support::repo_root().join("protocols/guess-number.md"))
         .expect("the guess-number protocol document");
     support::document_hash(&document)
@@ -428,6 +428,79 @@ fn each_scheduled_tick_runs_once_in_the_fleet() {
         assert!(
             runs >= 3 && runs <= bound,
             "{schedule}: {runs} runs in under {bound} s: {seen}"
+        );
+    }
+}
+
+/// How many rows `rows` (a query of `xmin`s) found, and in how many
+/// transactions they were written.
+fn writers(postgres: &Postgres, database: &str, rows: &str) -> String {
+    postgres.query_one(
+        database,
+        &format!(
+            "SELECT count(*) || ' rows, ' || count(DISTINCT xmin::text) || ' transactions' FROM ({rows}) written"
+        ),
+    )
+}
+
+/// One request, one transaction: every row an Agora multi-round start wrote
+/// (its record, both history entries and their counters, the plugin's game)
+/// and both rows of a signed REQUEST (its replay claim and its final state)
+/// carry the same transaction id (`xmin`) — one commit, so one WAL flush, per
+/// request rather than one per write. The rows themselves say it, so nothing
+/// else the node does meanwhile (its heartbeat, the sweep) can blur it.
+#[test]
+fn each_request_commits_all_its_writes_in_one_transaction() {
+    let postgres = Postgres::shared();
+    let database = postgres.create_database();
+    let node = fleet_node(&database, &["guess-number", envelopes::PLUGIN], None);
+    let hash = guess_hash();
+    for round in 0..5 {
+        let reply = agora_start(
+            &node,
+            json!({"protocolHash": hash, "multiround": true, "body": {"start": {"min": 1, "max": 1000}}}),
+        );
+        agora_body(&reply);
+        let id = reply.json()["conversationId"]
+            .as_str()
+            .expect("an id")
+            .to_string();
+        let rows = format!(
+            "SELECT xmin FROM entries WHERE collection = 'conversations' AND key = convert_to('{id}', 'UTF8')
+             UNION ALL SELECT xmin FROM entries WHERE collection = 'plugin_kv'
+                 AND key = convert_to('guess-number', 'UTF8') || '\\x00'::bytea || convert_to('game:{id}', 'UTF8')
+             UNION ALL SELECT xmin FROM history WHERE id = '{id}'
+             UNION ALL SELECT xmin FROM history_meta WHERE id = '{id}'"
+        );
+        assert_eq!(
+            writers(postgres, &database, &rows),
+            "5 rows, 1 transactions",
+            "round {round}: the start of conversation {id}"
+        );
+    }
+    let agent = Agent::new();
+    let (did, _) = envelopes::hello(&node, &agent);
+    for round in 0..5 {
+        let request = agent.envelope(
+            "REQUEST",
+            json!({"resource": "agora:sum:v1", "params": {"numbers": [round, 2]}}),
+        );
+        let reply = envelopes::send(&node, &request, &did);
+        assert_eq!(reply.kind(), "RESULT", "{}", reply.envelope);
+        let id = request["id"].as_str().expect("request id");
+        assert_eq!(envelopes::status_of(&node, &agent, &did, id), "COMPLETED");
+        let sender = &agent.id;
+        let rows = format!(
+            "SELECT xmin FROM entries WHERE collection = 'replay'
+                 AND key = convert_to('{sender}', 'UTF8') || '\\x00'::bytea || convert_to('{id}', 'UTF8')
+             UNION ALL SELECT xmin FROM entries WHERE collection = 'negotiations'
+                 AND key = convert_to('request', 'UTF8') || '\\x00'::bytea || convert_to('{sender}', 'UTF8')
+                     || '\\x00'::bytea || convert_to('{id}', 'UTF8')"
+        );
+        assert_eq!(
+            writers(postgres, &database, &rows),
+            "2 rows, 1 transactions",
+            "round {round}: REQUEST {id}"
         );
     }
 }

@@ -34,6 +34,9 @@ pub struct Exchange {
     pub caller_transport: Option<&'static str>,
     /// How long `emit` waits for a slow consumer before failing the emit.
     pub emit_timeout: Option<Duration>,
+    /// The request's writes, when its transport commits them as one unit: the
+    /// plugin's key-value writes join them ([`super::host_api`]).
+    pub unit: Option<crate::store::UnitOfWork>,
     pub(crate) tool_depth: u32,
 }
 
@@ -50,6 +53,11 @@ impl Exchange {
 
     pub fn with_history(mut self, id: impl Into<String>) -> Exchange {
         self.history_id = Some(id.into());
+        self
+    }
+
+    pub fn with_unit(mut self, unit: crate::store::UnitOfWork) -> Exchange {
+        self.unit = Some(unit);
         self
     }
 
@@ -104,6 +112,8 @@ impl Exchange {
             caller: self.caller.clone(),
             caller_transport: self.caller_transport,
             emit_timeout: self.emit_timeout,
+            // Committed before the tool runs (`host_api`); the tool writes on its own.
+            unit: None,
             tool_depth: self.tool_depth + 1,
         }
     }

@@ -2,7 +2,9 @@
 //!
 //! Each is a policy the host enforces rather than trusts a plugin with: the
 //! key-value store is namespaced and bounded (and absent while a manifest is
-//! read), events are counted and sized and may not use the host's own kinds,
+//! read; its writes join the request's unit of work when the transport gave
+//! one, [`crate::store::UnitOfWork`], committed with the request's own or
+//! before anything leaves the call), events are counted and sized and may not use the host's own kinds,
 //! logging is bounded per call, history is read one bounded page at a time,
 //! tools run through [`super::Runtime::run_tool`] (which demands approval by risk and
 //! parks the caller), and outbound calls reach only hosts allowed in config
@@ -16,7 +18,7 @@ use super::error::ToolError;
 use super::events::{PluginEvent, is_reserved_kind};
 use super::instance::PluginState;
 use crate::peers::outbound;
-use crate::store::{Collection, now_ms, plugin_key};
+use crate::store::{Collection, UnitOfWork, now_ms, plugin_key};
 use crate::vocab::TransportKind;
 
 impl types::Host for PluginState {}
@@ -51,12 +53,11 @@ impl host::Host for PluginState {
             return None;
         }
         let full = plugin_key(self.kv_namespace.as_deref()?, &key);
-        self.host
-            .store
-            .get::<Vec<u8>>(Collection::PluginKv, &full)
-            .await
-            .ok()
-            .flatten()
+        let value = match &self.exchange.unit {
+            Some(unit) => unit.get::<Vec<u8>>(Collection::PluginKv, &full).await,
+            None => self.host.store.get::<Vec<u8>>(Collection::PluginKv, &full).await,
+        };
+        value.ok().flatten()
     }
 
     async fn kv_set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
@@ -71,6 +72,12 @@ impl host::Host for PluginState {
             ));
         }
         let full = plugin_key(self.kv_namespace()?, &key);
+        if let Some(unit) = &self.exchange.unit {
+            return unit
+                .put(Collection::PluginKv, &full, &value, None)
+                .await
+                .map_err(|e| e.to_string());
+        }
         self.host
             .store
             .put(Collection::PluginKv, &full, &value, None)
@@ -81,6 +88,12 @@ impl host::Host for PluginState {
 
     async fn kv_delete(&mut self, key: String) -> Result<(), String> {
         let full = plugin_key(self.kv_namespace()?, &key);
+        if let Some(unit) = &self.exchange.unit {
+            return unit
+                .remove(Collection::PluginKv, &full)
+                .await
+                .map_err(|e| e.to_string());
+        }
         self.host
             .store
             .remove(Collection::PluginKv, &full)
@@ -96,11 +109,11 @@ impl host::Host for PluginState {
         let namespace = plugin_key(name, "");
         let full = plugin_key(name, &prefix);
         let limit = (limit as usize).min(1000);
-        self.host
-            .store
-            .keys(Collection::PluginKv, &full, limit)
-            .await
-            .unwrap_or_default()
+        let keys = match &self.exchange.unit {
+            Some(unit) => unit.keys(Collection::PluginKv, &full, limit).await,
+            None => self.host.store.keys(Collection::PluginKv, &full, limit).await,
+        };
+        keys.unwrap_or_default()
             .into_iter()
             .map(|key| String::from_utf8_lossy(&key[namespace.len()..]).into_owned())
             .collect()
@@ -128,6 +141,7 @@ impl host::Host for PluginState {
             return Err(format!("events are limited to {} bytes", limits.max_event_bytes));
         }
         let data: Value = serde_json::from_str(&data).map_err(|e| format!("event data is not JSON: {e}"))?;
+        commit_before_it_leaves(self.exchange.unit.as_ref()).await?;
         self.events_emitted += 1;
         self.exchange.send(PluginEvent { kind, data }).await
     }
@@ -138,6 +152,7 @@ impl host::Host for PluginState {
         let Some(runtime) = super::Runtime::from_weak(&self.runtime) else {
             return Err(ToolError::ShuttingDown.to_string());
         };
+        commit_before_it_leaves(self.exchange.unit.as_ref()).await?;
         runtime
             .run_tool(&name, arguments, &self.exchange, &mut self.slot)
             .await
@@ -166,6 +181,7 @@ impl host::Host for PluginState {
 
     async fn outbound(&mut self, request: OutboundRequest) -> Result<String, String> {
         let body = outbound_body(&request.body)?;
+        commit_before_it_leaves(self.exchange.unit.as_ref()).await?;
         let transport = TransportKind::from(request.transport);
         let config = self.host.node_config.clone();
         self.parked_outbound(outbound::call(&config, transport, &request.url, body))
@@ -174,6 +190,7 @@ impl host::Host for PluginState {
 
     async fn outbound_a2a(&mut self, url: String, body: String) -> Result<String, String> {
         let body = outbound_body(&body)?;
+        commit_before_it_leaves(self.exchange.unit.as_ref()).await?;
         let config = self.host.node_config.clone();
         self.parked_outbound(outbound::call_a2a(&config, &url, body))
             .await
@@ -211,6 +228,17 @@ impl host::Host for PluginState {
 
 fn outbound_body(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("outbound body is not JSON: {e}"))
+}
+
+/// The request's writes so far (the plugin's key-value writes among them),
+/// committed before anything leaves the call — a message, an event, a tool's
+/// run — that someone could act on: what the plugin was told it wrote is then
+/// in the store, whatever the request's end.
+async fn commit_before_it_leaves(unit: Option<&UnitOfWork>) -> Result<(), String> {
+    match unit {
+        Some(unit) => unit.commit_pending().await.map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
 }
 
 impl PluginState {

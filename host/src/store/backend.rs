@@ -8,6 +8,10 @@
 //! accepted once, a history that never overruns its quota — rest on that, not
 //! on any read-then-write in the caller.
 //!
+//! A backend may also hand out a [`Transaction`]: one request's writes
+//! committed together ([`super::UnitOfWork`]), each step inside it as atomic
+//! as the method it stands for, its claims holding their rows until the commit.
+//!
 //! Values are the JSON text of one value. Expiry is Unix milliseconds by the
 //! node's clock; an entry whose expiry has passed reads as absent at once, and
 //! [`Backend::sweep`] removes it later.
@@ -30,6 +34,60 @@ pub struct RawEntry {
 pub struct FleetMessage {
     pub topic: String,
     pub payload: std::sync::Arc<[u8]>,
+}
+
+/// A write whose answer the request does not wait for, held by a
+/// [`Transaction`] until its commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    Put {
+        collection: Collection,
+        key: Vec<u8>,
+        /// JSON text.
+        value: Vec<u8>,
+        expires_at_ms: Option<u64>,
+    },
+    Remove {
+        collection: Collection,
+        key: Vec<u8>,
+    },
+    /// [`Backend::append_history`]: a refusal fails the whole commit with
+    /// [`super::StoreError::Limit`], and nothing of the transaction is kept.
+    Append {
+        id: String,
+        entry: Vec<u8>,
+        max_entries: u64,
+        max_bytes: u64,
+    },
+}
+
+/// One database transaction for one request's writes: the steps that must
+/// answer before the request goes on run in it at once (a replay claim) and
+/// hold their rows until the commit, so every other node still sees one
+/// winner; the other writes wait and go with the commit. Dropped without a
+/// commit, it rolls back.
+#[async_trait]
+pub trait Transaction: Send + Sync {
+    /// [`Backend::claim_once`] inside the transaction (begun here if it is not
+    /// yet). Another node claiming the same key waits for this transaction's
+    /// end, then finds the claim (committed) or takes it (rolled back).
+    async fn claim_once(&mut self, key: &[u8], expires_at_ms: u64) -> Result<bool>;
+
+    /// Whether a claim began the transaction and it holds a connection: the
+    /// request's reads then go through it ([`Transaction::get`],
+    /// [`Transaction::keys`]) rather than wait for a second connection.
+    fn is_open(&self) -> bool;
+
+    /// [`Backend::get`] inside the open transaction.
+    async fn get(&mut self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>>;
+
+    /// [`Backend::keys`] inside the open transaction.
+    async fn keys(&mut self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>>;
+
+    /// Apply `writes` in order and commit, the claims made before with them:
+    /// one commit, so one WAL flush. After it (committed or failed) the
+    /// transaction is over and the next claim begins a new one.
+    async fn commit(&mut self, writes: Vec<Write>) -> Result<()>;
 }
 
 #[async_trait]
@@ -152,6 +210,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether the backend answers now (`/health`).
     async fn ping(&self) -> Result<()>;
 
+    /// A transaction for one request's writes ([`super::unit::UnitOfWork`]),
+    /// or `None` when this backend makes each write durable at the next
+    /// [`Backend::commit`] anyway and gains nothing from one (the embedded
+    /// store: its group commit already flushes a request's writes together).
+    fn transaction(&self) -> Option<Box<dyn Transaction>> {
+        None
+    }
+
     /// Send `payload` to every *other* node sharing this store, under `topic`.
     /// A single-node backend has nobody to tell and returns at once.
     async fn publish(&self, topic: &str, payload: &[u8]) -> Result<()>;
@@ -159,4 +225,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Messages other nodes published, from now on. A receiver that falls
     /// behind loses the oldest (`RecvError::Lagged`), never blocks the sender.
     fn subscribe(&self) -> broadcast::Receiver<FleetMessage>;
+
+    /// The fleet's plugin set; `None` for a backend no other node shares.
+    fn plugin_set(&self) -> Option<&dyn super::plugin_set::PluginSet> {
+        None
+    }
 }

@@ -12,7 +12,9 @@
 //!
 //! A write a client is about to be told succeeded is followed by
 //! [`Store::commit`] before the reply: sled flushes (grouped across concurrent
-//! requests); PostgreSQL has committed already. Entries may carry an expiry;
+//! requests); PostgreSQL has committed already. A transport whose request
+//! makes several writes takes a [`UnitOfWork`] ([`unit`]) and commits it
+//! once instead: on PostgreSQL one transaction, one WAL flush per request. Entries may carry an expiry;
 //! expired entries read as absent at once and are removed by [`Store::sweep`],
 //! which the node runs periodically. Replay protection has its own call,
 //! [`Store::claim_once`], because its volume (one claim per signed message)
@@ -23,10 +25,14 @@
 pub mod backend;
 pub mod depth;
 mod journal;
+pub mod lease;
+pub mod plugin_set;
 pub mod postgres;
+pub mod roll_call;
 pub mod sled;
 #[cfg(test)]
 mod tests;
+pub mod unit;
 
 use std::sync::Arc;
 
@@ -35,6 +41,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
 pub use backend::{Backend, FleetMessage};
+pub use unit::UnitOfWork;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -208,10 +215,12 @@ pub enum Collection {
     A2aTasks,
     /// A2A contexts: their tasks, in order; the key is also the context's history id.
     A2aContexts,
+    /// Who runs each A2A task and HAI turn of a fleet, and until when ([`lease`]).
+    Leases,
 }
 
 impl Collection {
-    pub const ALL: [Collection; 10] = [
+    pub const ALL: [Collection; 11] = [
         Collection::PluginKv,
         Collection::Conversations,
         Collection::History,
@@ -222,6 +231,7 @@ impl Collection {
         Collection::Meta,
         Collection::A2aTasks,
         Collection::A2aContexts,
+        Collection::Leases,
     ];
 
     /// The sled tree's name, and the PostgreSQL `collection` value.
@@ -237,6 +247,7 @@ impl Collection {
             Collection::Meta => "meta",
             Collection::A2aTasks => "a2a_tasks",
             Collection::A2aContexts => "a2a_contexts",
+            Collection::Leases => "leases",
         }
     }
 
@@ -465,18 +476,11 @@ impl Store {
         body: &serde_json::Value,
         max_entries: usize,
     ) -> Result<usize> {
-        #[derive(Serialize)]
-        struct HistoryEntry<'a> {
-            role: &'a str,
-            body: &'a serde_json::Value,
-            at: u64,
-        }
-        let entry = HistoryEntry {
-            role,
-            body,
-            at: now_ms(),
-        };
-        self.append_history(id, &entry, max_entries).await
+        let entry = history_entry(role, body)?;
+        self.backend
+            .append_history(id, &entry, max_entries as u64, self.max_history_bytes)
+            .await?;
+        Ok(entry.len())
     }
 
     /// Entries of `id` after sequence number `after` (from the start when
@@ -557,6 +561,26 @@ impl Store {
     pub fn subscribe(&self) -> broadcast::Receiver<FleetMessage> {
         self.backend.subscribe()
     }
+
+    /// The fleet's plugin set, when the store is shared.
+    pub fn plugin_set(&self) -> Option<&dyn plugin_set::PluginSet> {
+        self.backend.plugin_set()
+    }
+}
+
+/// One history entry as every transport stores it (see [`Store::append_entry`]).
+fn history_entry(role: &str, body: &serde_json::Value) -> Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct HistoryEntry<'a> {
+        role: &'a str,
+        body: &'a serde_json::Value,
+        at: u64,
+    }
+    encode(&HistoryEntry {
+        role,
+        body,
+        at: now_ms(),
+    })
 }
 
 fn decode_all<T: DeserializeOwned>(raw: Vec<Vec<u8>>) -> Result<Vec<T>> {

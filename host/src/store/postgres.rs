@@ -22,7 +22,10 @@
 //! Expiry compares with the node's own clock ([`now_ms`]), passed in.
 //!
 //! **Durability.** Statements autocommit: a call that returned `Ok` has
-//! committed, so [`Backend::commit`] has nothing to wait for.
+//! committed, so [`Backend::commit`] has nothing to wait for. A request's
+//! unit of work ([`super::UnitOfWork`]) is the exception, by design: its
+//! writes wait, and go with one `COMMIT` before the reply ([`transaction`]),
+//! so a request pays one WAL flush however many writes it made.
 //!
 //! **Outages.** The pool waits at most `timeout` for a connection, each
 //! connection has `statement_timeout = timeout`, and every call is bounded by
@@ -34,9 +37,11 @@
 
 mod bus;
 mod migrate;
+mod plugin_set;
 #[cfg(test)]
 pub(super) mod tests;
 mod tls;
+mod transaction;
 
 use std::future::Future;
 use std::path::Path;
@@ -65,6 +70,54 @@ const BUS_CAPACITY: usize = 1024;
 
 /// A call's whole bound, in units of `timeout`: waiting for a connection, then the statement.
 const DEADLINE_FACTOR: u32 = 3;
+
+/// [`Backend::put`]: $1 collection, $2 key, $3 canonical value, $4 expiry.
+const PUT: &str = "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (collection, key) DO UPDATE SET value = EXCLUDED.value, expires_at_ms = EXCLUDED.expires_at_ms";
+
+/// The counters' half of an append: $1 history id, $3 the entry's size, $4
+/// and $5 the quota in entries and bytes; a row with the entry's sequence
+/// number when the quota allows it, none when it refuses.
+macro_rules! append_counters {
+    () => {
+        "WITH meta AS (
+             INSERT INTO history_meta AS m (id, next, entries, bytes)
+             SELECT $1::text, 1, 1, $3::bigint WHERE $3::bigint <= $5::bigint AND $4::bigint >= 1
+             ON CONFLICT (id) DO UPDATE
+                 SET next = m.next + 1, entries = m.entries + 1, bytes = m.bytes + EXCLUDED.bytes
+                 WHERE m.entries < $4::bigint AND m.bytes + EXCLUDED.bytes <= $5::bigint
+             RETURNING m.next - 1 AS seq
+         )"
+    };
+}
+
+/// [`Backend::append_history`] ($2 the entry): no row back when refused.
+const APPEND: &str = concat!(
+    append_counters!(),
+    " INSERT INTO history (id, seq, entry, size)
+     SELECT $1::text, seq, $2::bytea, $3::bigint::integer FROM meta
+     RETURNING seq"
+);
+
+/// [`APPEND`] inside a transaction that a refusal must undo: refused, the
+/// sequence number is NULL and the insert fails (SQLSTATE 23502), aborting
+/// the transaction (see `transaction`).
+const APPEND_REFUSING: &str = concat!(
+    append_counters!(),
+    " INSERT INTO history (id, seq, entry, size)
+     VALUES ($1::text, (SELECT seq FROM meta), $2::bytea, $3::bigint::integer)"
+);
+
+/// [`Backend::remove`]: $1 collection, $2 key.
+const REMOVE: &str = "DELETE FROM entries WHERE collection = $1 AND key = $2";
+
+/// [`Backend::insert_new`]: as [`PUT`], only over an entry expired by $5
+/// (now); a row back when it went in.
+const INSERT_NEW: &str = "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (collection, key) DO UPDATE
+         SET value = EXCLUDED.value, expires_at_ms = EXCLUDED.expires_at_ms
+         WHERE entries.expires_at_ms <= $5
+     RETURNING 1";
 
 pub struct PostgresBackend {
     pool: Pool,
@@ -171,13 +224,7 @@ impl PostgresBackend {
 
     /// `work`, or `Unavailable` once the call's deadline passes.
     async fn bounded<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
-        let deadline = self.timeout * DEADLINE_FACTOR;
-        tokio::time::timeout(deadline, work).await.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable(format!(
-                "the database did not answer within {} ms",
-                deadline.as_millis()
-            )))
-        })
+        bounded(self.timeout, work).await
     }
 
     /// One statement through the pool (prepared once per connection).
@@ -241,16 +288,77 @@ impl PostgresBackend {
 
     /// Which limit refused an append (read after the refusal, for the message only).
     async fn refusal(&self, id: &str, max_entries: u64, max_bytes: u64) -> Result<StoreError> {
-        let counters = self
-            .query("SELECT entries FROM history_meta WHERE id = $1", &[&id])
-            .await?;
-        let entries = counters.first().map_or(0, |row| row.get::<_, i64>(0));
-        Ok(if u64::try_from(entries).unwrap_or(0) >= max_entries {
-            StoreError::history_full_entries(id, max_entries)
-        } else {
-            StoreError::history_full_bytes(id, max_bytes)
-        })
+        let counters = self.query(HISTORY_COUNT, &[&id]).await?;
+        Ok(refusal(&counters, 0, id, max_entries, max_bytes))
     }
+}
+
+/// [`Backend::get`]: $1 collection, $2 key, $3 now.
+const GET: &str = "SELECT value, expires_at_ms FROM entries
+     WHERE collection = $1 AND key = $2 AND (expires_at_ms IS NULL OR expires_at_ms > $3)";
+
+/// [`Backend::keys`]'s statement and its parameters.
+struct KeysQuery {
+    table: &'static str,
+    prefix: Vec<u8>,
+    /// The first key past the prefix, when there is one.
+    end: Option<Vec<u8>>,
+    limit: i64,
+}
+
+impl KeysQuery {
+    fn new(collection: Collection, prefix: &[u8], limit: usize) -> KeysQuery {
+        KeysQuery {
+            table: collection.table_name(),
+            prefix: prefix.to_vec(),
+            end: prefix_end(prefix),
+            limit: cap(limit),
+        }
+    }
+
+    fn sql(&self) -> &'static str {
+        match self.end {
+            Some(_) => {
+                "SELECT key FROM entries WHERE collection = $1 AND key >= $2 AND key < $3 ORDER BY key LIMIT $4"
+            }
+            None => "SELECT key FROM entries WHERE collection = $1 AND key >= $2 ORDER BY key LIMIT $3",
+        }
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        match &self.end {
+            Some(end) => vec![&self.table, &self.prefix, end, &self.limit],
+            None => vec![&self.table, &self.prefix, &self.limit],
+        }
+    }
+}
+
+/// The entries a history holds, for [`refusal`].
+const HISTORY_COUNT: &str = "SELECT entries FROM history_meta WHERE id = $1";
+
+/// Which limit refused an append, from what [`HISTORY_COUNT`] read and the
+/// `uncommitted` entries appended before it (in a transaction since rolled back).
+fn refusal(counters: &[Row], uncommitted: usize, id: &str, max_entries: u64, max_bytes: u64) -> StoreError {
+    let stored = counters.first().map_or(0, |row| row.get::<_, i64>(0));
+    let entries = u64::try_from(stored)
+        .unwrap_or(0)
+        .saturating_add(uncommitted as u64);
+    if entries >= max_entries {
+        StoreError::history_full_entries(id, max_entries)
+    } else {
+        StoreError::history_full_bytes(id, max_bytes)
+    }
+}
+
+/// `work`, or `Unavailable` once [`DEADLINE_FACTOR`] × `timeout` has passed.
+async fn bounded<T>(timeout: Duration, work: impl Future<Output = Result<T>>) -> Result<T> {
+    let deadline = timeout * DEADLINE_FACTOR;
+    tokio::time::timeout(deadline, work).await.unwrap_or_else(|_| {
+        Err(StoreError::Unavailable(format!(
+            "the database did not answer within {} ms",
+            deadline.as_millis()
+        )))
+    })
 }
 
 #[async_trait]
@@ -260,13 +368,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<RawEntry>> {
-        let rows = self
-            .query(
-                "SELECT value, expires_at_ms FROM entries
-                 WHERE collection = $1 AND key = $2 AND (expires_at_ms IS NULL OR expires_at_ms > $3)",
-                &[&collection.table_name(), &key, &now()],
-            )
-            .await?;
+        let rows = self.query(GET, &[&collection.table_name(), &key, &now()]).await?;
         Ok(rows.first().map(raw_entry))
     }
 
@@ -288,21 +390,20 @@ impl Backend for PostgresBackend {
         expires_at_ms: Option<u64>,
     ) -> Result<()> {
         self.execute(
-            "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (collection, key) DO UPDATE SET value = EXCLUDED.value, expires_at_ms = EXCLUDED.expires_at_ms",
-            &[&collection.table_name(), &key, &canonical(value)?, &expires_at_ms.map(ms)],
+            PUT,
+            &[
+                &collection.table_name(),
+                &key,
+                &canonical(value)?,
+                &expires_at_ms.map(ms),
+            ],
         )
         .await?;
         Ok(())
     }
 
     async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool> {
-        let removed = self
-            .execute(
-                "DELETE FROM entries WHERE collection = $1 AND key = $2",
-                &[&collection.table_name(), &key],
-            )
-            .await?;
+        let removed = self.execute(REMOVE, &[&collection.table_name(), &key]).await?;
         Ok(removed > 0)
     }
 
@@ -329,11 +430,7 @@ impl Backend for PostgresBackend {
     ) -> Result<bool> {
         let inserted = self
             .query(
-                "INSERT INTO entries (collection, key, value, expires_at_ms) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (collection, key) DO UPDATE
-                     SET value = EXCLUDED.value, expires_at_ms = EXCLUDED.expires_at_ms
-                     WHERE entries.expires_at_ms <= $5
-                 RETURNING 1",
+                INSERT_NEW,
                 &[
                     &collection.table_name(),
                     &key,
@@ -378,17 +475,7 @@ impl Backend for PostgresBackend {
     async fn append_history(&self, id: &str, entry: &[u8], max_entries: u64, max_bytes: u64) -> Result<()> {
         let appended = self
             .query(
-                "WITH meta AS (
-                     INSERT INTO history_meta AS m (id, next, entries, bytes)
-                     SELECT $1::text, 1, 1, $3::bigint WHERE $3::bigint <= $5::bigint AND $4::bigint >= 1
-                     ON CONFLICT (id) DO UPDATE
-                         SET next = m.next + 1, entries = m.entries + 1, bytes = m.bytes + EXCLUDED.bytes
-                         WHERE m.entries < $4::bigint AND m.bytes + EXCLUDED.bytes <= $5::bigint
-                     RETURNING m.next - 1 AS seq
-                 )
-                 INSERT INTO history (id, seq, entry, size)
-                 SELECT $1::text, seq, $2::bytea, $3::bigint::integer FROM meta
-                 RETURNING seq",
+                APPEND,
                 &[
                     &id,
                     &entry,
@@ -480,23 +567,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>> {
-        let limit = cap(limit);
-        let rows = match prefix_end(prefix) {
-            Some(end) => {
-                self.query(
-                    "SELECT key FROM entries WHERE collection = $1 AND key >= $2 AND key < $3 ORDER BY key LIMIT $4",
-                    &[&collection.table_name(), &prefix, &end, &limit],
-                )
-                .await?
-            }
-            None => {
-                self.query(
-                    "SELECT key FROM entries WHERE collection = $1 AND key >= $2 ORDER BY key LIMIT $3",
-                    &[&collection.table_name(), &prefix, &limit],
-                )
-                .await?
-            }
-        };
+        let keys = KeysQuery::new(collection, prefix, limit);
+        let rows = self.query(keys.sql(), &keys.params()).await?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
@@ -527,6 +599,13 @@ impl Backend for PostgresBackend {
         Ok(())
     }
 
+    fn transaction(&self) -> Option<Box<dyn super::backend::Transaction>> {
+        Some(Box::new(transaction::PgTransaction::new(
+            self.pool.clone(),
+            self.timeout,
+        )))
+    }
+
     async fn ping(&self) -> Result<()> {
         self.query("SELECT 1", &[]).await.map(drop)
     }
@@ -545,6 +624,10 @@ impl Backend for PostgresBackend {
 
     fn subscribe(&self) -> broadcast::Receiver<FleetMessage> {
         self.fleet.subscribe()
+    }
+
+    fn plugin_set(&self) -> Option<&dyn super::plugin_set::PluginSet> {
+        Some(self)
     }
 }
 

@@ -47,6 +47,8 @@ on_every_backend!(
     concurrent_appenders_cannot_overrun_the_entry_limit,
     sweeping_an_expired_conversation_ends_its_history,
     keyed_entries_are_read_back_by_key_until_they_expire,
+    a_unit_reads_its_own_writes_and_commits_them,
+    racing_claims_in_units_admit_exactly_one,
 );
 
 fn sled_store() -> Store {
@@ -689,4 +691,63 @@ async fn a_history_without_counters_is_counted_once_and_continued() {
             .unwrap_err()
             .is_quota()
     );
+}
+
+async fn a_unit_reads_its_own_writes_and_commits_them(store: Store) {
+    let c = Collection::PluginKv;
+    store.put(c, b"p\0gone", &"old", None).await.unwrap();
+    store.put(c, b"p\0kept", &"kept", None).await.unwrap();
+    let unit = store.unit();
+    unit.put(c, b"p\0new", &"new", None).await.unwrap();
+    unit.remove(c, b"p\0gone").await.unwrap();
+    unit.append_entry("conv", "user", &serde_json::json!("hi"), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        unit.get::<String>(c, b"p\0new").await.unwrap().as_deref(),
+        Some("new")
+    );
+    assert_eq!(unit.get::<String>(c, b"p\0gone").await.unwrap(), None);
+    assert_eq!(
+        unit.get::<String>(c, b"p\0kept").await.unwrap().as_deref(),
+        Some("kept")
+    );
+    assert_eq!(
+        unit.keys(c, b"p\0", 10).await.unwrap(),
+        vec![b"p\0kept".to_vec(), b"p\0new".to_vec()]
+    );
+    assert_eq!(unit.keys(c, b"p\0", 1).await.unwrap(), vec![b"p\0kept".to_vec()]);
+    unit.commit().await.unwrap();
+    assert_eq!(
+        store.get::<String>(c, b"p\0new").await.unwrap().as_deref(),
+        Some("new")
+    );
+    assert_eq!(store.get::<String>(c, b"p\0gone").await.unwrap(), None);
+    let history: Vec<serde_json::Value> = whole(&store, "conv").await;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["body"], "hi");
+}
+
+async fn racing_claims_in_units_admit_exactly_one(store: Store) {
+    let later = now_ms() + 60_000;
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let unit = store.unit();
+                let claimed = unit.claim_once(b"sender\0id", later).await.unwrap();
+                unit.put(Collection::Negotiations, b"state", &claimed, None)
+                    .await
+                    .unwrap();
+                unit.commit().await.unwrap();
+                claimed
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for racer in racers {
+        winners += usize::from(racer.await.unwrap());
+    }
+    assert_eq!(winners, 1);
+    assert!(!store.claim_once(b"sender\0id", later).await.unwrap());
 }

@@ -17,7 +17,10 @@ use crate::store::Result;
 const MIGRATION_LOCK: i64 = 0x6167_6f72_616d_6967;
 
 /// In order; a version is never edited once released, only followed.
-pub(super) const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/0001_initial.sql"))];
+pub(super) const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../migrations/0001_initial.sql")),
+    (2, include_str!("../migrations/0002_fleet_plugins.sql")),
+];
 
 /// Apply every migration this database lacks; how many this call applied.
 pub(super) async fn migrate(client: &mut Client) -> Result<usize> {

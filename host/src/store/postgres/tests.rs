@@ -207,3 +207,94 @@ async fn a_stopped_database_is_unavailable_without_a_hang_and_the_same_backend_r
     store.put(Collection::Meta, b"new", &2, None).await.unwrap();
     assert_eq!(store.get::<i32>(Collection::Meta, b"new").await.unwrap(), Some(2));
 }
+
+/// Whether a statement of the database now waits for a lock.
+async fn someone_waits_for_a_lock(client: &Client) -> bool {
+    let row = client
+        .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+        .await
+        .expect("reading pg_locks");
+    row.get::<_, i64>(0) > 0
+}
+
+/// Until another node's claim of the same key waits on the unit's claim.
+async fn until_a_claim_waits(client: &Client) {
+    tokio::time::timeout(HANG, async {
+        while !someone_waits_for_a_lock(client).await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the other node's claim to wait for the unit's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_a_unit_holds_until_its_commit_or_its_rollback() {
+    let (url, a, b) = two_nodes().await;
+    let (a, b) = (Store::new(Arc::new(a)), Store::new(Arc::new(b)));
+    let watcher = raw_client(&url).await;
+    let later = crate::store::now_ms() + 60_000;
+
+    // Committed: the other node's claim, made meanwhile, finds it.
+    let unit = a.unit();
+    assert!(unit.claim_once(b"committed", later).await.unwrap());
+    let other = tokio::spawn({
+        let b = b.clone();
+        async move { b.claim_once(b"committed", later).await.unwrap() }
+    });
+    until_a_claim_waits(&watcher).await;
+    unit.commit().await.unwrap();
+    assert!(!tokio::time::timeout(HANG, other).await.unwrap().unwrap());
+
+    // Dropped without a commit: rolled back, so the other node's claim wins.
+    let unit = a.unit();
+    assert!(unit.claim_once(b"dropped", later).await.unwrap());
+    let other = tokio::spawn({
+        let b = b.clone();
+        async move { b.claim_once(b"dropped", later).await.unwrap() }
+    });
+    until_a_claim_waits(&watcher).await;
+    drop(unit);
+    assert!(tokio::time::timeout(HANG, other).await.unwrap().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_whose_append_its_quota_refuses_writes_nothing() {
+    let url = fresh_database().await;
+    let store = Store::new(Arc::new(backend(&url, TIMEOUT).await));
+    let later = crate::store::now_ms() + 60_000;
+    let unit = store.unit();
+    assert!(unit.claim_once(b"claim", later).await.unwrap());
+    unit.put(Collection::Conversations, b"conv", &"record", None)
+        .await
+        .unwrap();
+    unit.append_entry("conv", "user", &serde_json::json!("one"), 1)
+        .await
+        .unwrap();
+    unit.append_entry("conv", "agent", &serde_json::json!("two"), 1)
+        .await
+        .unwrap();
+    let refused = unit.commit().await.unwrap_err();
+    assert!(refused.is_quota(), "{refused}");
+    assert!(refused.to_string().contains("full (1 entries)"), "{refused}");
+    assert_eq!(
+        store
+            .get::<String>(Collection::Conversations, b"conv")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .history_tail::<serde_json::Value>("conv", 10, 1 << 20)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The claim went with the rest: the key is free again.
+    assert!(store.claim_once(b"claim", later).await.unwrap());
+    // The pool's connections are all usable afterwards (none left mid-transaction).
+    for _ in 0..20 {
+        store.put(Collection::Meta, b"after", &1, None).await.unwrap();
+    }
+}

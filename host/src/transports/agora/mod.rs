@@ -36,13 +36,15 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use self::error::AgoraError;
-use self::state::{AgoraState, Reservation, append, create_conversation, load_conversation, reserve_round};
+use self::state::{
+    AgoraState, Reservation, append, commit, create_conversation, load_conversation, reserve_round,
+};
 use self::wire::{parse_request, plugin_body, success};
 use crate::node::state::NodeState;
 use crate::runtime::{
     Call, Exchange, FailureKind, InvokeError, LoadedPlugin, Phase, Registry, TransportKind,
 };
-use crate::store::Collection;
+use crate::store::{Collection, UnitOfWork};
 
 pub fn router(node: NodeState) -> Router {
     let state = AgoraState::new(node);
@@ -117,12 +119,16 @@ async fn handle_start(
         Some(hash) => resolve_protocol(state, &registry, hash, &request.sources).await?,
     };
     let body = plugin_body(&request.body, route.document.as_deref());
+    let unit = state.store.unit();
     let Some(reservation) = reservation else {
-        let reply = run(state, peer, &route.plugin, route.key, None, body).await?;
+        let reply = run(state, peer, &route.plugin, route.key, None, &unit, body).await?;
+        // Only what the plugin wrote, if anything: a request that wrote
+        // nothing waits for no one's commit.
+        unit.commit_pending().await?;
         return Ok(success(&reply, None));
     };
     let record = create_conversation(
-        state,
+        &unit,
         &route.plugin.manifest.name,
         request.protocol_hash.clone(),
         route.document.clone(),
@@ -130,20 +136,20 @@ async fn handle_start(
     )
     .await?;
     let id = reservation.id.clone();
-    let reply = match run(state, peer, &route.plugin, route.key, Some(&id), body).await {
+    let reply = match run(state, peer, &route.plugin, route.key, Some(&id), &unit, body).await {
         Ok(reply) => reply,
         Err(error) => {
-            // Nobody learns the id of a conversation whose first round failed.
-            state
-                .store
-                .remove(Collection::Conversations, id.as_bytes())
-                .await?;
+            // Nobody learns the id of a conversation whose first round failed
+            // (what the plugin wrote before it failed is kept, as it would be
+            // had the call written it alone).
+            unit.remove(Collection::Conversations, id.as_bytes()).await?;
+            unit.commit().await?;
             return Err(error);
         }
     };
-    append(state, &id, "user", &request.body).await?;
-    append(state, &id, "agent", &reply).await?;
-    state.store.commit().await?;
+    append(state, &unit, &id, "user", &request.body).await?;
+    append(state, &unit, &id, "agent", &reply).await?;
+    commit(&unit).await?;
     reservation.keep();
     Ok(success(&reply, Some((&id, record.expires_at))))
 }
@@ -309,10 +315,13 @@ async fn handle_follow_up(
         .ok_or(AgoraError::UnsupportedProtocol)?;
     let route = conversation.protocol_hash.clone().unwrap_or_default();
     let body = plugin_body(&request.body, conversation.document.as_deref());
-    let reply = run(state, peer, &plugin, route, Some(id), body).await?;
-    append(state, id, "user", &request.body).await?;
-    append(state, id, "agent", &reply).await?;
-    state.store.commit().await?;
+    // The round's reservation above is committed at once, for the other
+    // nodes' follow-ups to count; the round's own writes go together.
+    let unit = state.store.unit();
+    let reply = run(state, peer, &plugin, route, Some(id), &unit, body).await?;
+    append(state, &unit, id, "user", &request.body).await?;
+    append(state, &unit, id, "agent", &reply).await?;
+    commit(&unit).await?;
     Ok(success(&reply, Some((id, conversation.expires_at))))
 }
 
@@ -363,6 +372,7 @@ async fn run(
     plugin: &Arc<LoadedPlugin>,
     route: String,
     conversation: Option<&str>,
+    unit: &UnitOfWork,
     body: String,
 ) -> Result<Value, AgoraError> {
     let call = Call {
@@ -374,7 +384,9 @@ async fn run(
         body,
     };
     let client = crate::listener::caps::client_key(peer.ip());
-    let mut exchange = Exchange::new().with_caller("agora", client.to_string());
+    let mut exchange = Exchange::new()
+        .with_caller("agora", client.to_string())
+        .with_unit(unit.clone());
     if let Some(id) = conversation {
         // The history id is the conversation id, so the store's sweeper drops
         // both together.

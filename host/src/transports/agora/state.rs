@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::error::AgoraError;
 use super::limits::{self, ConversationLimits};
 use crate::node::state::NodeState;
-use crate::store::{Collection, StoreError, now_ms};
+use crate::store::{Collection, StoreError, UnitOfWork, now_ms};
 
 /// How long an expired conversation id keeps answering "Conversation expired"
 /// (instead of 404) before the sweeper forgets it.
@@ -143,8 +143,10 @@ impl Drop for Reservation {
     }
 }
 
+/// The record of a conversation being created, written with the request's
+/// other writes (`unit`): nobody learns its id before they are committed.
 pub(super) async fn create_conversation(
-    state: &NodeState,
+    unit: &UnitOfWork,
     plugin: &str,
     protocol_hash: Option<String>,
     document: Option<String>,
@@ -159,7 +161,13 @@ pub(super) async fn create_conversation(
         rounds: 1,
         client: Some(reservation.client.clone()),
     };
-    store_conversation(state, &reservation.id, &record).await?;
+    unit.put(
+        Collection::Conversations,
+        reservation.id.as_bytes(),
+        &record,
+        Some(store_expiry_ms(&record)),
+    )
+    .await?;
     Ok(record)
 }
 
@@ -257,20 +265,32 @@ pub(super) async fn load_conversation(state: &NodeState, id: &str) -> Result<Con
     Ok(conversation)
 }
 
+/// Append to a conversation's history with the request's other writes; a
+/// full history refuses the round (here, or at the commit on a shared store).
 pub(super) async fn append(
     state: &NodeState,
+    unit: &UnitOfWork,
     history_id: &str,
     role: &str,
     body: &Value,
 ) -> Result<(), AgoraError> {
     let max_entries = state.config.agora.max_history_entries;
-    state
-        .store
-        .append_entry(history_id, role, body, max_entries)
+    unit.append_entry(history_id, role, body, max_entries)
         .await
         .map(drop)
-        .map_err(|error| match error {
-            StoreError::Limit(message) => AgoraError::Rejected(message),
-            other => other.into(),
-        })
+        .map_err(refused)
+}
+
+/// Commit the request's writes before its reply.
+pub(super) async fn commit(unit: &UnitOfWork) -> Result<(), AgoraError> {
+    unit.commit().await.map_err(refused)
+}
+
+/// A store error as Agora answers it: a history's quota is the client's
+/// limit, anything else the node's failure.
+fn refused(error: StoreError) -> AgoraError {
+    match error {
+        StoreError::Limit(message) => AgoraError::Rejected(message),
+        other => other.into(),
+    }
 }

@@ -30,7 +30,7 @@ use crate::crypto::envelope::Header;
 use crate::crypto::jcs;
 use crate::policy::ledger::Measure;
 use crate::runtime::{Call, Exchange, LoadedPlugin, Phase, TransportKind};
-use crate::store::{Collection, now_ms};
+use crate::store::{Collection, UnitOfWork, now_ms};
 
 const MAX_RESOURCE_LEN: usize = 256;
 const MAX_PROOF_LEN: usize = 4096;
@@ -90,13 +90,14 @@ pub(super) async fn dispatch(
     key: &SenderKey,
     header: Header,
     early: Option<&Early>,
+    unit: &UnitOfWork,
 ) -> Result<Value, Refusal> {
     match header.kind.as_str() {
         "HELLO" => Ok(welcome(service)?),
-        "REQUEST" => request(service, sender, key, &header)
+        "REQUEST" => request(service, sender, key, &header, unit)
             .await
             .answering(Some(&header.id)),
-        "ACCEPT" => accept(service, sender, &header.payload, early).await,
+        "ACCEPT" => accept(service, sender, &header.payload, early, unit).await,
         "STATUS" => status(service, sender, &header.payload).await,
         other => Err(EnvelopesError::BadRequest(format!(
             "this node does not take {other} envelopes; send HELLO, REQUEST, ACCEPT or STATUS"
@@ -232,8 +233,10 @@ fn offer_room(
     })
 }
 
+/// Record a request's state with the envelope's other writes (`unit`).
 async fn set_state(
     service: &EnvelopesState,
+    unit: &UnitOfWork,
     sender: &str,
     request_id: &str,
     resource: &str,
@@ -247,16 +250,13 @@ async fn set_state(
     };
     let ttl = service.node.config.envelopes.status_ttl_secs.saturating_mul(1000);
     // Read back only by STATUS: on the embedded store, memory behind its journal.
-    service
-        .node
-        .store
-        .put_keyed(
-            Collection::Negotiations,
-            &request_key(sender, request_id),
-            &record,
-            Some(now.saturating_add(ttl)),
-        )
-        .await?;
+    unit.put_keyed(
+        Collection::Negotiations,
+        &request_key(sender, request_id),
+        &record,
+        Some(now.saturating_add(ttl)),
+    )
+    .await?;
     Ok(())
 }
 
@@ -273,6 +273,7 @@ async fn request(
     sender: &str,
     key: &SenderKey,
     header: &Header,
+    unit: &UnitOfWork,
 ) -> Result<Value, EnvelopesError> {
     let task = parse_task(&header.payload, service.node.config.envelopes.max_params_bytes)?;
     let registry = service.node.runtime.registry();
@@ -297,10 +298,18 @@ async fn request(
     // A direct request is processed at once: PENDING would be overwritten
     // before anyone could read it, so only a negotiated one records it.
     let running = if negotiated {
-        set_state(service, sender, request_id, &task.resource, TaskState::Pending).await?;
+        set_state(
+            service,
+            unit,
+            sender,
+            request_id,
+            &task.resource,
+            TaskState::Pending,
+        )
+        .await?;
         None
     } else {
-        Running::start(service, sender, request_id, &task.resource).await?
+        Some(Running::start(service, sender, request_id))
     };
     let cap = service.node.config.envelopes.request_timeout_ms;
     let timeout_ms = task.timeout_ms.map_or(cap, |ms| ms.min(cap));
@@ -313,7 +322,10 @@ async fn request(
         body["budget"] = budget.clone();
     }
     let outcome = if negotiated {
-        offer(service, sender, key, request_id, &task, &plugin, body, timeout_ms).await
+        offer(
+            service, unit, sender, key, request_id, &task, &plugin, body, timeout_ms,
+        )
+        .await
     } else {
         match run(
             service,
@@ -327,44 +339,52 @@ async fn request(
         .await
         {
             Ok(data) => {
-                set_state(service, sender, request_id, &task.resource, TaskState::Completed).await?;
+                set_state(
+                    service,
+                    unit,
+                    sender,
+                    request_id,
+                    &task.resource,
+                    TaskState::Completed,
+                )
+                .await?;
                 result_envelope(service, request_id, data)
             }
             Err(error) => Err(error),
         }
     };
     if outcome.is_err() {
-        set_state(service, sender, request_id, &task.resource, TaskState::Failed).await?;
+        set_state(
+            service,
+            unit,
+            sender,
+            request_id,
+            &task.resource,
+            TaskState::Failed,
+        )
+        .await?;
     }
     drop(running);
     outcome
 }
 
-/// A direct request's PROCESSING state while its plugin runs. On the embedded
-/// store it is held in memory (`Service::running`) until the final state is
-/// written, so a request costs one durable state write rather than two (a
-/// node that crashes meanwhile never finishes it, and a PROCESSING left on
-/// disk would say otherwise). A shared store writes it, so STATUS on another
-/// node of the fleet sees it.
+/// A direct request's PROCESSING state while its plugin runs, held in memory
+/// (`Service::running`) until the final state is written, so a request costs
+/// one state write rather than two (a node that crashes meanwhile never
+/// finishes it, and a PROCESSING left on disk would say otherwise). On a
+/// shared store that write is in the request's one transaction with its
+/// replay claim, so nothing of the request is in the database before it
+/// ends: STATUS at another node of the fleet answers "no request" until then.
 struct Running<'a> {
     service: &'a EnvelopesState,
     key: Vec<u8>,
 }
 
 impl<'a> Running<'a> {
-    async fn start(
-        service: &'a EnvelopesState,
-        sender: &str,
-        request_id: &str,
-        resource: &str,
-    ) -> Result<Option<Running<'a>>, EnvelopesError> {
-        if service.node.store.is_shared() {
-            set_state(service, sender, request_id, resource, TaskState::Processing).await?;
-            return Ok(None);
-        }
+    fn start(service: &'a EnvelopesState, sender: &str, request_id: &str) -> Running<'a> {
         let key = request_key(sender, request_id);
         service.running.lock().insert(key.clone());
-        Ok(Some(Running { service, key }))
+        Running { service, key }
     }
 }
 
@@ -378,6 +398,7 @@ impl Drop for Running<'_> {
 #[allow(clippy::too_many_arguments)]
 async fn offer(
     service: &EnvelopesState,
+    unit: &UnitOfWork,
     sender: &str,
     key: &SenderKey,
     request_id: &str,
@@ -440,28 +461,23 @@ async fn offer(
     };
     // Checked again: other REQUESTs may have taken the room while the quote ran.
     offer_room(service, key, task.params_bytes, Some((&offer_id, expires_at_ms)))?;
-    service
-        .node
-        .store
-        .put(
-            Collection::Negotiations,
-            &params_key(&offer_id),
-            &task.params,
-            Some(expires_at_ms),
-        )
-        .await?;
-    service
-        .node
-        .store
-        .put(
-            Collection::Negotiations,
-            &offer_key(&offer_id),
-            &record,
-            Some(expires_at_ms.saturating_add(OFFER_MEMORY_MS)),
-        )
-        .await?;
+    unit.put(
+        Collection::Negotiations,
+        &params_key(&offer_id),
+        &task.params,
+        Some(expires_at_ms),
+    )
+    .await?;
+    unit.put(
+        Collection::Negotiations,
+        &offer_key(&offer_id),
+        &record,
+        Some(expires_at_ms.saturating_add(OFFER_MEMORY_MS)),
+    )
+    .await?;
     set_state(
         service,
+        unit,
         sender,
         request_id,
         &task.resource,
@@ -476,7 +492,13 @@ async fn accept(
     sender: &str,
     payload: &Map<String, Value>,
     early: Option<&Early>,
+    unit: &UnitOfWork,
 ) -> Result<Value, Refusal> {
+    // The ACCEPT's claim is committed before the offer is read and taken:
+    // taking it is a step the fleet must see at once (one winner, the other
+    // refused at once), made on a connection of its own, which a request
+    // must not wait for while its claim holds one.
+    unit.commit_open_transaction().await?;
     let offer_id = match payload.get("offer_id") {
         Some(Value::String(id)) if !id.is_empty() && id.len() <= 128 => id.clone(),
         _ => return Err(bad("payload.offer_id must be the OFFER envelope's id").into()),
@@ -506,9 +528,16 @@ async fn accept(
         return Err(bad("this offer was already accepted")).answering(answering);
     }
     if now_ms() > offer.expires_at_ms {
-        set_state(service, sender, &request_id, &offer.resource, TaskState::Failed)
-            .await
-            .answering(answering)?;
+        set_state(
+            service,
+            unit,
+            sender,
+            &request_id,
+            &offer.resource,
+            TaskState::Failed,
+        )
+        .await
+        .answering(answering)?;
         return Err(EnvelopesError::Timeout("the offer has expired".into())).answering(answering);
     }
     let registry = service.node.runtime.registry();
@@ -566,12 +595,12 @@ async fn accept(
         return Err(bad("this offer was already accepted")).answering(answering);
     }
     service.offers.lock().release(&offer_id);
-    store
-        .remove(Collection::Negotiations, &params_key(&offer_id))
+    unit.remove(Collection::Negotiations, &params_key(&offer_id))
         .await
         .answering(answering)?;
     set_state(
         service,
+        unit,
         sender,
         &request_id,
         &offer.resource,
@@ -587,7 +616,7 @@ async fn accept(
                 json!({"request_id": request_id, "state": TaskState::Processing}),
             )
             .answering(answering)?;
-        service.node.store.commit().await.answering(answering)?;
+        unit.commit().await.answering(answering)?;
         let _ = early.send(processing).await;
     }
     let mut body = json!({
@@ -615,7 +644,7 @@ async fn accept(
     } else {
         TaskState::Failed
     };
-    set_state(service, sender, &request_id, &offer.resource, state)
+    set_state(service, unit, sender, &request_id, &offer.resource, state)
         .await
         .answering(answering)?;
     let data = outcome.answering(answering)?;

@@ -10,8 +10,10 @@
 //! Every inbound envelope goes through the same checks, in this order (§2, §5):
 //! body size (413, before any other work), strict parse (I-JSON numbers only)
 //! and signature (before anything else is read), envelope fields, sender
-//! allow-list, timestamp freshness, replay window (`Store::claim_once`: durable
-//! before the reply, so restarts do not reopen it), then the per-sender rate limit (a token bucket; a refusal's `Retry-After` says when the next token comes) — last, so an envelope someone
+//! allow-list, timestamp freshness, replay window (`UnitOfWork::claim_once`: durable
+//! before the reply, so restarts do not reopen it; on a shared store it is
+//! one transaction with the envelope's other writes, committed once before
+//! the reply), then the per-sender rate limit (a token bucket; a refusal's `Retry-After` says when the next token comes) — last, so an envelope someone
 //! else replays never spends its signer's quota — keyed by the public key (one
 //! bucket for its did:key and raw forms) in a bounded table ([`limits`]); then
 //! the message flow of §3–4 in [`flow`]. [`EnvelopesError`] ([`error`]) is
@@ -52,7 +54,7 @@ use self::state::EnvelopesState;
 use crate::crypto::envelope as signed;
 use crate::crypto::identity::NodeIdentity;
 use crate::node::state::NodeState;
-use crate::store::now_ms;
+use crate::store::{UnitOfWork, now_ms};
 
 pub fn router(state: NodeState) -> Router {
     let identity = match NodeIdentity::load_or_create(&state.config.identity.key_file) {
@@ -89,9 +91,12 @@ pub(crate) type Early = mpsc::Sender<Value>;
 impl EnvelopesState {
     /// Answer one inbound envelope (raw bytes as received). Never fails: errors become ERROR envelopes.
     async fn handle(&self, raw: &[u8], early: Option<&Early>) -> Reply {
-        let outcome = self.process(raw, early).await;
+        // The envelope's writes — its replay claim, the request's state, an
+        // offer — commit together (one transaction on a shared store).
+        let unit = self.node.store.unit();
+        let outcome = self.process(raw, early, &unit).await;
         // Replay entries, offers and states must survive a crash once a reply says they exist.
-        let committed = self.node.store.commit().await;
+        let committed = unit.commit().await;
         match (outcome, committed) {
             (Ok(envelope), Ok(())) => Reply {
                 status: 200,
@@ -104,7 +109,7 @@ impl EnvelopesState {
     }
 
     /// The checks every envelope passes before its type is looked at.
-    async fn process(&self, raw: &[u8], early: Option<&Early>) -> Result<Value, Refusal> {
+    async fn process(&self, raw: &[u8], early: Option<&Early>, unit: &UnitOfWork) -> Result<Value, Refusal> {
         let verified = signed::verify_bytes(raw)?;
         let header = signed::header(&verified.value)?;
         let answers = flow::answers_request(&header);
@@ -113,9 +118,9 @@ impl EnvelopesState {
         let key = verified.key.to_bytes();
         self.check_allowed(sender).answering(answers)?;
         self.check_fresh(header.timestamp_ms).answering(answers)?;
-        self.remember(sender, &header).await.answering(answers)?;
+        self.remember(sender, &header, unit).await.answering(answers)?;
         self.check_rate(&key).answering(answers)?;
-        flow::dispatch(self, sender, &key, header, early).await
+        flow::dispatch(self, sender, &key, header, early, unit).await
     }
 
     fn check_allowed(&self, sender: &str) -> Result<(), EnvelopesError> {
@@ -162,13 +167,18 @@ impl EnvelopesState {
     }
 
     /// Record `(sender, id)` for as long as the envelope could pass the freshness check.
-    async fn remember(&self, sender: &str, header: &signed::Header) -> Result<(), EnvelopesError> {
+    async fn remember(
+        &self,
+        sender: &str,
+        header: &signed::Header,
+        unit: &UnitOfWork,
+    ) -> Result<(), EnvelopesError> {
         let fresh_until = header.timestamp_ms.saturating_add(self.skew_ms()) + 1000;
         let expires = u64::try_from(fresh_until).unwrap_or(0).max(now_ms() + 1000);
         let mut key = sender.as_bytes().to_vec();
         key.push(0);
         key.extend_from_slice(header.id.as_bytes());
-        let first = self.node.store.claim_once(&key, expires).await?;
+        let first = unit.claim_once(&key, expires).await?;
         if first {
             Ok(())
         } else {
