@@ -1,9 +1,11 @@
 //! A2A on a fleet: two nodes on one PostgreSQL database, as behind a load
 //! balancer. A task started at one node is read at the other, a context's
-//! history follows the client to whichever node it reaches, and a task one node
-//! runs is approved, rejected (streaming) or canceled through the other.
+//! history follows the client to whichever node it reaches, a task one node
+//! runs is approved, rejected (streaming) or canceled through the other, and
+//! a task whose node dies is failed by the other within its lease.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use agora_test_postgres::Postgres;
 use serde_json::{Value, json};
@@ -13,14 +15,25 @@ use crate::support::{self, TestNode};
 const PLUGINS: [&str; 2] = ["hai-assistant", "inspection-tools"];
 
 fn node(database: &str) -> TestNode {
+    node_with(database, &[])
+}
+
+/// [`node`] with more settings.
+fn node_with(database: &str, settings: &[(&str, &str)]) -> TestNode {
     let mut builder = TestNode::builder()
         .env("AGORA_STORE__BACKEND", "postgres")
         .env("AGORA_STORE__POSTGRES_URL", database);
+    for (key, value) in settings {
+        builder = builder.env(key, *value);
+    }
     for plugin in PLUGINS {
         builder = builder.plugin(plugin);
     }
     builder.start()
 }
+
+/// A short lease, so a dead node's tasks are failed within a test's patience.
+const SHORT_LEASE: (&str, &str) = ("AGORA_STORE__LEASE_MS", "900");
 
 fn rpc(node: &TestNode, method: &str, params: Value) -> Value {
     let request = json!({"jsonrpc": "2.0", "id": method, "method": method, "params": params});
@@ -174,7 +187,8 @@ fn a_task_waiting_at_one_node_is_answered_and_canceled_through_the_other() {
 #[test]
 fn an_approval_answer_crosses_the_fleet_bus_once_and_only_as_its_decision() {
     let database = Postgres::shared().create_database();
-    let a = node(&database);
+    // A's lease outlasts the test: its task is not failed while B is asked.
+    let a = node_with(&database, &[("AGORA_STORE__LEASE_MS", "600000")]);
     let b = TestNode::builder()
         .env("AGORA_STORE__BACKEND", "postgres")
         .env("AGORA_STORE__POSTGRES_URL", &database)
@@ -218,5 +232,107 @@ fn an_approval_answer_crosses_the_fleet_bus_once_and_only_as_its_decision() {
     assert!(
         (1..4096).contains(&largest),
         "one forwarded decision of a few hundred bytes, not the 200 kB message: {largest}"
+    );
+}
+
+/// Wait (a liveness deadline, polling `GetTask` at `node`) until task `task_id` is in `state`.
+fn task_reaches(node: &TestNode, task_id: &str, state: &str) -> Value {
+    let mut task = Value::Null;
+    node.wait_until(
+        &format!("task {task_id} {state}"),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            task = rpc(node, "GetTask", json!({"id": task_id}))["result"].clone();
+            task["status"]["state"] == state
+        },
+    );
+    task
+}
+
+/// Kill -9 the node running a task (it waits for an approval, so its plugin
+/// call is in the middle of its work): the other node stores it failed, saying
+/// the node stopped, once the lease lapses; the task takes no more answers.
+#[test]
+fn a_task_whose_node_was_killed_is_failed_by_the_other_node() {
+    let database = Postgres::shared().create_database();
+    let (a, b) = (
+        node_with(&database, &[SHORT_LEASE]),
+        node_with(&database, &[SHORT_LEASE]),
+    );
+    let (task_id, approval_id) = parked_report(&a);
+    a.kill();
+
+    let failed = task_reaches(&b, &task_id, "TASK_STATE_FAILED");
+    let text = failed["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("node running this task stopped"), "{failed}");
+    let late = rpc(&b, "SendMessage", decision(&task_id, &approval_id, true));
+    assert!(
+        late["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("TASK_STATE_FAILED"),
+        "a failed task takes no answer: {late}"
+    );
+    // The taker removes the lease once the task's end is stored.
+    b.wait_until(
+        "the taken lease removed",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || lease_until(&database, &task_id) == 0,
+    );
+}
+
+/// The `until_ms` of task `task_id`'s lease as the database holds it (0: none).
+fn lease_until(database: &str, task_id: &str) -> u64 {
+    let sql = format!(
+        "SELECT coalesce(max((convert_from(value, 'UTF8')::jsonb->>'until_ms')::bigint), 0) FROM entries \
+         WHERE collection = 'leases' AND key = convert_to('a2a', 'UTF8') || '\\x00'::bytea || convert_to('{task_id}', 'UTF8')"
+    );
+    Postgres::shared()
+        .query_one(database, &sql)
+        .parse()
+        .expect("a time")
+}
+
+/// A task that runs for several leases on a live node is its node's all along:
+/// the runner's renewals move the lease on, the other node's sweeper (which
+/// would take a lapsed lease within a third of one) leaves it, and the task
+/// ends as its answer says.
+#[test]
+fn a_task_running_longer_than_its_lease_on_a_live_node_is_not_failed() {
+    let database = Postgres::shared().create_database();
+    let (a, b) = (
+        node_with(&database, &[SHORT_LEASE]),
+        node_with(&database, &[SHORT_LEASE]),
+    );
+    let (task_id, approval_id) = parked_report(&a);
+    let first = lease_until(&database, &task_id);
+    assert!(first > 0, "a running task holds a lease");
+    // Renewed until it runs two more leases past its first: by then it has
+    // outlived that first lease by a whole one, through three of B's sweeps.
+    let lease_ms: u64 = SHORT_LEASE.1.parse().unwrap();
+    a.wait_until(
+        "the lease renewed past two more leases",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || lease_until(&database, &task_id) > first + 2 * lease_ms,
+    );
+    let waiting = rpc(&b, "GetTask", json!({"id": task_id}));
+    assert_eq!(
+        waiting["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{waiting}"
+    );
+    let done = rpc(&b, "SendMessage", decision(&task_id, &approval_id, true));
+    let task = &done["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert!(answer_text(task).contains("RPT-"), "{}", answer_text(task));
+    a.wait_until(
+        "the ended task's lease released",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || lease_until(&database, &task_id) == 0,
     );
 }

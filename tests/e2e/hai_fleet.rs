@@ -2,11 +2,11 @@
 //! database, real WebSockets. A browser on node B sees the frames of a turn
 //! running on node A, in order, as A's own browser does; an approval asked by
 //! a tool on A is decided on B, once, however the answers race; the history
-//! reads the same from either node.
+//! reads the same from either node; a turn whose node dies is ended by B.
 
 use std::collections::HashSet;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::hai::{Client, assert_search_turn, history, of_type, request_report, session_id, streamed_text};
 use crate::support::TestNode;
@@ -311,4 +311,45 @@ async fn an_approval_that_timed_out_on_its_node_cannot_be_answered_on_the_other(
     assert_eq!(error["error_code"], "unknown_approval", "{error}");
     let entries = history_entries(&a, &session, &on_a.secret());
     assert!(!entries.iter().any(|e| e["role"] == "approval"), "{entries:#?}");
+}
+
+/// Kill -9 the node running a turn (its tool waits for an approval): once the
+/// turn's lease lapses the other node ends it for the session's browsers (a
+/// `node_stopped` error frame naming the withdrawn approval, then
+/// `status: completed`), records it in the history, and withdraws the
+/// approval, so no human approves a turn that no longer runs.
+#[tokio::test]
+async fn a_turn_whose_node_was_killed_is_ended_by_the_other_node_and_its_approval_withdrawn() {
+    let (a, b) = fleet_with(&[("AGORA_STORE__LEASE_MS", "900")]);
+    let (session, mut on_a, mut on_b) = one_session_on_two_nodes(&a, &b, "fleet-dead-turn").await;
+    let (_, approval_id) = ask_for_report(&mut on_a, &session, "INS-2024-011").await;
+    on_b.until(|f| f["type"] == "tool_approval_request" && f["approval_id"] == approval_id.as_str())
+        .await;
+    let secret = on_a.secret();
+    a.kill();
+
+    // A liveness deadline: the connection's pings would keep a bare wait going.
+    let frames = tokio::time::timeout(std::time::Duration::from_secs(30), on_b.turn())
+        .await
+        .expect("the dead node's turn ended for B's browser within the deadline");
+    let errors: Vec<&Value> = frames.iter().filter(|f| f["type"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{frames:#?}");
+    assert_eq!(errors[0]["error_code"], "node_stopped", "{frames:#?}");
+    assert_eq!(errors[0]["details"]["approval_ids"], json!([approval_id]));
+
+    let entries = history_entries(&b, &session, &secret);
+    let last = entries.last().expect("history entries");
+    assert_eq!(last["role"], "error", "{entries:#?}");
+    assert_eq!(last["body"]["error_code"], "node_stopped", "{entries:#?}");
+    assert_eq!(last["body"]["approval_ids"], json!([approval_id]));
+    assert_eq!(last["body"]["turn_id"], errors[0]["details"]["turn_id"]);
+
+    on_b.approve(&approval_id, true, None).await;
+    let error = on_b.error().await;
+    assert_eq!(error["error_code"], "unknown_approval", "{error}");
+    assert!(
+        !history_entries(&b, &session, &secret)
+            .iter()
+            .any(|e| e["role"] == "approval")
+    );
 }

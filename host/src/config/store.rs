@@ -50,6 +50,11 @@ pub struct StoreConfig {
     /// endpoint): at most this many entries and bytes.
     pub history_page_entries: usize,
     pub history_page_bytes: usize,
+    /// On a shared store: how long a running A2A task or HAI turn stays its
+    /// node's without a renewal (renewed every third of it); a node that
+    /// stopped has its work failed by another node this long after its last
+    /// renewal, plus a third for the sweep (`store::lease`).
+    pub lease_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +181,7 @@ impl StoreConfig {
             ("store.max_claims_in_memory", self.max_claims_in_memory as u64),
             ("store.history_page_entries", self.history_page_entries as u64),
             ("store.history_page_bytes", self.history_page_bytes as u64),
+            ("store.lease_ms", self.lease_ms),
         ])?;
         if self.backend == StoreBackend::Postgres {
             let url = &self.postgres_url;

@@ -9,13 +9,19 @@
 //! A forwarded message that no node runs (the runner stopped) changes
 //! nothing; the client sees the task as it stands when its wait runs out.
 //!
+//! A runner that dies leaves its task's lease to lapse ([`crate::store::lease`]);
+//! the node that takes it stores the task `TASK_STATE_FAILED`, saying its node
+//! stopped ([`fail_dead_nodes_tasks`]). Every other node's readers follow
+//! the task through the store ([`wait_for`]), so a stream or a wait on any
+//! surviving node ends with that state.
+//!
 //! What one client can push through the bus is bounded: an approval answer
 //! crosses it once per pending approval, fleet-wide (a claim in the shared
 //! store; a repeat is refused), and only as its decision — the ids and the
 //! `{approval_id, approved, feedback}` data, whose feedback the decision check
 //! bounds — never the rest of a message of up to `a2a.max_body_bytes`.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +32,7 @@ use super::run;
 use super::state::{A2aState, Shared};
 use crate::models::a2a::{Message, Part, Task, TaskState};
 use crate::store::FleetMessage;
+use crate::store::lease::{Expired, Reclaim};
 
 const TOPIC: &str = "a2a.task";
 /// How often a forwarding node reads the task back while it waits.
@@ -55,6 +62,27 @@ pub fn listen(shared: &Shared) {
     let inbox = shared.node.store.subscribe();
     let receiver = receive(std::sync::Arc::downgrade(shared), inbox);
     shared.node.background.spawn("a2a.fleet_receive", receiver);
+}
+
+/// Run this node's share of failing the tasks of nodes that died (a shared store only).
+pub fn fail_dead_nodes_tasks(shared: &Shared) {
+    if let Some(leases) = shared.leases() {
+        let reclaim = Arc::new(FailStopped(Arc::downgrade(shared)));
+        leases.sweep(&shared.node.background, reclaim);
+    }
+}
+
+/// Fails the task of an expired lease: its node stopped.
+struct FailStopped(Weak<A2aState>);
+
+#[async_trait::async_trait]
+impl Reclaim for FailStopped {
+    async fn reclaim(&self, expired: &Expired) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        match self.0.upgrade() {
+            Some(shared) => Ok(shared.fail_stopped(&expired.id).await?),
+            None => Ok(()),
+        }
+    }
 }
 
 pub async fn forward(shared: &Shared, message: &Forwarded) -> Result<(), A2aError> {

@@ -26,7 +26,8 @@
 //!   be read back from the store ([`crate::store::depth`]); deeper is `-32602` before
 //!   anything is parsed or stored;
 //! - a task runs on the node that started it; on a fleet, another node takes
-//!   its approval or cancel and hands it over ([`fleet`]).
+//!   its approval or cancel and hands it over ([`fleet`]), and fails it when
+//!   that node dies (its lease lapses, [`crate::store::lease`]).
 
 pub mod activity;
 mod card;
@@ -85,6 +86,7 @@ pub fn router(node: NodeState) -> Router {
     let policy = node.browser.clone();
     let shared = A2aState::new(node);
     fleet::listen(&shared);
+    fleet::fail_dead_nodes_tasks(&shared);
     // The console answers this transport's approvals while its routes are served.
     let answering = shared
         .node
@@ -429,6 +431,9 @@ impl Request {
             history: vec![message.clone()],
             ..Task::default()
         };
+        // Held before the task is stored, so no stored task runs without one:
+        // should this node die from here on, another fails the task.
+        let lease = shared.lease(&task_id).await?;
         // Charged first: a client past its stored-task bounds leaves nothing stored.
         let charge = shared.admit_stored(self.client, &task).await?;
         let stored = match shared.add_to_context(&context_id, &task_id).await {
@@ -437,6 +442,9 @@ impl Request {
         };
         if let Err(error) = stored {
             shared.refund_stored(&charge).await;
+            if let Some(lease) = lease {
+                lease.release().await;
+            }
             return Err(error);
         }
         run::append(
@@ -452,7 +460,7 @@ impl Request {
         shared
             .node
             .background
-            .spawn("a2a.task_run", run::run(shared.clone(), live, slot));
+            .spawn("a2a.task_run", run::run(shared.clone(), live, slot, lease));
         Ok(Progress::Here(Box::new(snapshot), events))
     }
 

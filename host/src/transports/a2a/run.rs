@@ -18,6 +18,12 @@
 //! The user's message is in the context's history before the plugin runs, the
 //! answer before the task reads completed, so "what did I say first?" in a
 //! later task of the context sees both.
+//!
+//! On a shared store the run holds the task's lease ([`crate::store::lease`])
+//! from its start to its stored end, through any wait for an approval (the
+//! plugin call waits in this process, so a task waiting for input dies with
+//! it too). A run whose lease another node took stops and writes nothing: that
+//! node stored the task failed, and this node's readers are told so.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -36,6 +42,7 @@ use crate::runtime::{
     ApprovalAsked, ApprovalOutcome, Approver, Call, CallEvent, EventSink, Exchange, LoadedPlugin, Phase,
     TransportKind, event_channel,
 };
+use crate::store::lease::{Held, Lease};
 use crate::transports::chunks::{ChunkedAnswer, OverLimit, stated_answer};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -58,13 +65,27 @@ pub fn agent_plugin(node: &NodeState) -> Option<Arc<LoadedPlugin>> {
     }
 }
 
-/// Run `live` (its first message is the last in its history) to its end.
-pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot) {
+/// Run `live` (its first message is the last in its history) to its end,
+/// holding `lease` (a shared store) until that end is stored.
+pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot, lease: Option<Lease>) {
     let task = live.snapshot();
-    let outcome = tokio::select! {
-        biased;
-        () = live.cancelled() => Outcome::Canceled,
-        outcome = answer(&shared, &live, &task, slot.client()) => outcome,
+    let work = async {
+        tokio::select! {
+            biased;
+            () = live.cancelled() => Outcome::Canceled,
+            outcome = answer(&shared, &live, &task, slot.client()) => outcome,
+        }
+    };
+    let held = match &lease {
+        Some(lease) => lease.hold(work).await,
+        None => Held::Done(work.await),
+    };
+    let outcome = match held {
+        Held::Done(outcome) => outcome,
+        Held::Lost => {
+            drop(slot);
+            return lost(&shared, &live).await;
+        }
     };
     let ended = match outcome {
         Outcome::Answered(text) => status(
@@ -80,15 +101,37 @@ pub async fn run(shared: Shared, live: Arc<LiveTask>, slot: RunSlot) {
         }
         Outcome::Canceled => status(TaskState::Canceled, None),
     };
+    if let Some(lease) = &lease
+        && !lease.confirm().await
+    {
+        drop(slot);
+        return lost(&shared, &live).await;
+    }
     // Stored before anyone hears of it: a client told the task ended finds it
     // ended on every node, and after a restart.
     if let Err(error) = store_task(&shared, &live.with_status(&ended)).await {
         tracing::warn!(transport = "a2a", task = %task.id, %error, "the task's end was not stored");
     }
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
     // The slot is free before the client hears the end, so its next message fits.
     drop(slot);
     live.publish_status(ended);
     shared.remove_live(&task.id);
+}
+
+/// Another node took the task's lease and stored it failed: this node's
+/// readers hear that end (as stored, if it can be read), and the task stops
+/// running here.
+async fn lost(shared: &Shared, live: &Arc<LiveTask>) {
+    tracing::warn!(transport = "a2a", task = %live.id, "another node failed this task (its lease lapsed); it stops here");
+    shared.remove_live(&live.id);
+    let ended = match shared.load(&live.id).await {
+        Ok(Some(stored)) if stored.status.state.is_terminal() => stored.status,
+        _ => super::state::stopped_status(&live.snapshot()),
+    };
+    live.publish_status(ended);
 }
 
 enum Outcome {

@@ -10,7 +10,10 @@
 //!
 //! A task stored as running that no process runs any more (the node stopped
 //! during it) reads as failed, once the node can know that: on a store of its
-//! own, or when it was this very process that ran it.
+//! own, or when it was this very process that ran it. On a shared store a
+//! running task holds a lease ([`crate::store::lease`]); when its node dies,
+//! another node takes the lease and stores the task failed
+//! ([`A2aState::fail_stopped`]).
 //!
 //! Bounds: running tasks in total and per client address ([`RunSlot`], the
 //! node's shared [`crate::policy::admission`]: a client fanning out past its
@@ -52,6 +55,7 @@ use crate::policy::admission::{Admission, Bounds, Slot};
 use crate::policy::quota::{Charge, QuotaBounds, QuotaError, StoredQuota};
 use crate::policy::rate::RateTable;
 use crate::runtime::{ApprovalOutcome, Approvals};
+use crate::store::lease::{Lease, Leases};
 use crate::store::{Collection, now_ms};
 
 /// Events one running task buffers for its slowest reader.
@@ -65,6 +69,8 @@ pub struct A2aState {
     pub node: NodeState,
     /// This process, in stored tasks: tells "ran here and ended" from "runs elsewhere".
     run_id: String,
+    /// The running tasks' leases, on a shared store.
+    leases: Option<Leases>,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
     running: Admission<IpAddr>,
     /// `a2a.new_tasks_per_ip_per_minute`, one bucket per client address.
@@ -198,9 +204,11 @@ impl A2aState {
             },
             std::time::Duration::from_secs(node.config.a2a.task_ttl_secs),
         );
+        let lease_length = std::time::Duration::from_millis(node.config.store.lease_ms);
         Arc::new(A2aState {
+            leases: Leases::new(&node.store, "a2a", lease_length),
             node,
-            run_id: uuid::Uuid::new_v4().to_string(),
+            run_id: crate::store::lease::node_id().to_string(),
             live: Mutex::new(HashMap::new()),
             running,
             new_tasks: Mutex::new(RateTable::new(MAX_RATE_BUCKETS, per_minute)),
@@ -231,6 +239,19 @@ impl A2aState {
             .await
             .map_err(|refusal| A2aError::Busy(format!("running tasks: {refusal}")))?;
         Ok(RunSlot { slot })
+    }
+
+    /// This node's leases on its running tasks; `None` on a store of its own.
+    pub fn leases(&self) -> Option<&Leases> {
+        self.leases.as_ref()
+    }
+
+    /// Hold task `task_id` for this node while it runs (a shared store only).
+    pub async fn lease(&self, task_id: &str) -> Result<Option<Lease>, A2aError> {
+        match &self.leases {
+            Some(leases) => Ok(Some(leases.acquire(task_id, serde_json::Value::Null).await?)),
+            None => Ok(None),
+        }
     }
 
     pub fn live(&self, task_id: &str) -> Option<Arc<LiveTask>> {
@@ -322,20 +343,30 @@ impl A2aState {
         };
         let mut task = stored.task;
         if self.orphaned(task_id, &task.status.state, &stored.runner) {
-            task.status = TaskStatus {
-                state: TaskState::Failed,
-                message: Some(Message::agent(
-                    &task,
-                    vec![Part::text(
-                        "The node stopped while this task was running; send the message again.",
-                    )],
-                )),
-                timestamp: timestamp_now(),
-                ..TaskStatus::default()
-            };
+            task.status = stopped_status(&task);
             self.save_charged(&task, stored.charge).await?;
         }
         Ok(Some(task))
+    }
+
+    /// Store task `task_id` failed because the node running it stopped (its
+    /// lease expired); a task that ended meanwhile, or runs here, is left as it is.
+    /// Committed before it returns: the lease goes only once the end is stored.
+    pub async fn fail_stopped(&self, task_id: &str) -> Result<(), A2aError> {
+        if self.live(task_id).is_some() {
+            return Ok(());
+        }
+        let Some(stored) = self.read_stored::<StoredTask>(task_id).await? else {
+            return Ok(());
+        };
+        let mut task = stored.task;
+        if task.status.state.is_terminal() {
+            return Ok(());
+        }
+        task.status = stopped_status(&task);
+        self.save_charged(&task, stored.charge).await?;
+        self.node.store.commit().await?;
+        Ok(())
     }
 
     /// A task's record in the store, read as `T`: the whole task, or its state alone.
@@ -677,6 +708,17 @@ impl LiveTask {
         }
         self.cancel.notified().await;
     }
+}
+
+/// The end of a task whose node stopped while it ran.
+pub fn stopped_status(task: &Task) -> TaskStatus {
+    let message = Message::agent(
+        task,
+        vec![Part::text(
+            "The node running this task stopped before it finished; send the message again.",
+        )],
+    );
+    status(TaskState::Failed, Some(message))
 }
 
 /// A status as of now.

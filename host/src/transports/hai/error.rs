@@ -68,6 +68,10 @@ pub enum HaiError {
     /// nothing was recorded, and the same message may be sent again.
     #[error("The node's storage is unavailable; try again shortly")]
     StorageUnavailable,
+    /// The node running a turn stopped before the turn ended (its lease
+    /// lapsed, `store::lease`): another node of the fleet says so.
+    #[error("The node answering this message stopped before it finished; send the message again")]
+    NodeStopped,
     #[error("Internal error: {0}")]
     Internal(String),
 }
@@ -121,6 +125,7 @@ impl HaiError {
             HaiError::Overloaded | HaiError::Starting => "overloaded",
             HaiError::SessionFull => "session_full",
             HaiError::StorageUnavailable => "storage_unavailable",
+            HaiError::NodeStopped => "node_stopped",
             HaiError::Internal(_) => "internal_error",
         }
     }

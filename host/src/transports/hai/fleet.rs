@@ -18,6 +18,13 @@
 //!   once across the fleet. A decision taken on a node that is not the one the
 //!   tool waits on is sent on [`APPROVAL_TOPIC`] after its history entry is
 //!   committed; the waiting node delivers it to its local wait.
+//! - A dead node's turns: a running turn holds a lease ([`crate::store::lease`]);
+//!   when its node stops renewing it, the node that takes it withdraws the
+//!   turn's waiting approvals (their records taken, so an answer finds
+//!   nothing to decide: `unknown_approval`), records the failed turn in the
+//!   history (an `error` entry naming the turn and the approvals withdrawn),
+//!   and sends the session's connections, on every node, a `node_stopped`
+//!   error frame and `status: completed` ([`HaiState::fail_stopped_turn`]).
 //! - Per node, not per fleet: the live-session table and its caps, the pending
 //!   approval caps (per connection, per address, in total), the per-session rate
 //!   window, the turn queue and the turn lock. Two turns of one session sent to
@@ -48,11 +55,16 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
+use serde_json::json;
+
 use super::session::{Hub, approval_scope};
+use super::wire::{Outbound, Status};
+use super::{HaiError, HaiState, history_id};
 use crate::background::Background;
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::ApprovalOutcome;
-use crate::store::{FleetMessage, Store};
+use crate::store::lease::{Expired, Reclaim};
+use crate::store::{Collection, FleetMessage, Store, StoreError};
 
 /// A batch of session frames ([`FrameBatch`]).
 pub const FRAMES_TOPIC: &str = "hai.frames";
@@ -63,6 +75,8 @@ const OUTBOX_FRAMES: usize = 4096;
 /// At most this many frames, and about this many bytes, in one published message.
 const BATCH_FRAMES: usize = 256;
 const BATCH_BYTES: usize = 256 << 10;
+/// A session's waiting approvals one dead turn's reclaim reads at most.
+const MAX_SESSION_APPROVALS: usize = 1_024;
 
 /// The store key of a pending approval: its session and id, so only a
 /// connection of that session can take it.
@@ -76,6 +90,10 @@ pub struct ApprovalRecord {
     pub session_id: String,
     pub tool_name: String,
     pub call_id: String,
+    /// The turn that asked (its lease's id), so a dead turn's approvals can be
+    /// told from another turn's of the same session.
+    #[serde(default)]
+    pub turn_id: String,
 }
 
 /// A human's decision, for the node whose tool waits for it.
@@ -95,6 +113,109 @@ impl Decided {
         } else {
             ApprovalOutcome::Rejected {
                 feedback: self.feedback.clone(),
+            }
+        }
+    }
+}
+
+/// Run this node's share of failing the turns of nodes that died (a shared store only).
+pub fn fail_dead_nodes_turns(shared: &HaiState) {
+    if let Some(leases) = &shared.leases {
+        let reclaim = Arc::new(FailStoppedTurns(shared.clone()));
+        leases.sweep(&shared.node.background, reclaim);
+    }
+}
+
+/// Fails the turn of an expired lease: its node stopped.
+struct FailStoppedTurns(HaiState);
+
+#[async_trait::async_trait]
+impl Reclaim for FailStoppedTurns {
+    async fn reclaim(&self, expired: &Expired) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let Some(session_id) = expired.work["session_id"].as_str() else {
+            return Ok(());
+        };
+        Ok(self.0.fail_stopped_turn(session_id, &expired.id).await?)
+    }
+}
+
+impl HaiState {
+    /// End turn `turn_id` of `session_id`, whose node stopped while it ran
+    /// (see the module docs). The history entry is committed before any
+    /// connection hears of it.
+    pub(super) async fn fail_stopped_turn(&self, session_id: &str, turn_id: &str) -> Result<(), HaiError> {
+        let withdrawn = self.withdraw_approvals(session_id, turn_id).await?;
+        let error = HaiError::NodeStopped;
+        let details = json!({"turn_id": turn_id, "approval_ids": withdrawn});
+        let body = json!({"error_code": error.code(), "message": error.to_string(),
+            "turn_id": turn_id, "approval_ids": withdrawn});
+        let store = &self.node.store;
+        let max_entries = self.node.config.hai.max_history_entries;
+        match store
+            .append_entry(&history_id(session_id), "error", &body, max_entries)
+            .await
+        {
+            Ok(size) => {
+                if let Some(session) = self.hub.live(session_id) {
+                    session.appended(size as u64);
+                }
+            }
+            // A full history keeps what it has; the session's clients still hear of the end.
+            Err(StoreError::Limit(detail)) => {
+                tracing::info!(transport = "hai", %detail, "hai: a dead node's turn was not recorded: the history is full")
+            }
+            Err(error) => return Err(error.into()),
+        }
+        store.commit().await?;
+        let frames = [
+            Outbound::Error {
+                error_code: error.code(),
+                message: error.to_string(),
+                details: Some(details),
+            },
+            Outbound::Status {
+                status: Status::Completed,
+                message: None,
+                session_id: session_id.to_string(),
+            },
+        ];
+        for frame in &frames {
+            self.publish_everywhere(session_id, frame);
+        }
+        Ok(())
+    }
+
+    /// Take the records of the approvals turn `turn_id` waits for, so no
+    /// answer can count any more; their ids.
+    async fn withdraw_approvals(&self, session_id: &str, turn_id: &str) -> Result<Vec<String>, HaiError> {
+        let store = &self.node.store;
+        let prefix = approval_key(session_id, "");
+        let records = store
+            .records::<ApprovalRecord>(Collection::Approvals, &prefix, MAX_SESSION_APPROVALS)
+            .await?;
+        let mut withdrawn = Vec::new();
+        for (key, record) in records {
+            if record.turn_id != turn_id {
+                continue;
+            }
+            let taken = store
+                .take::<ApprovalRecord>(Collection::Approvals, key.as_bytes())
+                .await?;
+            if taken.is_some() {
+                withdrawn.push(key[prefix.len()..].to_string());
+            }
+        }
+        Ok(withdrawn)
+    }
+
+    /// Send a frame to the session's connections on this node and every other.
+    fn publish_everywhere(&self, session_id: &str, frame: &Outbound) {
+        match self.hub.live(session_id) {
+            Some(session) => session.publish(frame),
+            None => {
+                if let Some(fleet) = self.hub.fleet() {
+                    fleet.send_frame(session_id, &frame.to_text());
+                }
             }
         }
     }

@@ -14,7 +14,8 @@
 //! - [`client`]: the embedded browser client.
 //! - [`access`]: who may open or resume a session.
 //! - [`fleet`]: several nodes on one shared store: frames of a session reach
-//!   its connections on every node, and an approval is decided once, on any node.
+//!   its connections on every node, an approval is decided once, on any node,
+//!   and a turn whose node died is failed by another.
 //! - [`error`]: [`HaiError`], the one place node errors become `error` frames.
 //!
 //! A connection belongs to one session: the one named in `?session_id=` when it
@@ -70,6 +71,7 @@ pub fn router(state: NodeState) -> Router {
     let path = if path.is_empty() { "/ws" } else { path }.to_string();
     let page = CLIENT_HTML.replace("{{WS_PATH}}", &path);
     let shared = HaiState::new(state, page);
+    fleet::fail_dead_nodes_turns(&shared);
     let browser = Endpoint {
         allowed_origins: shared.node.config.hai.allowed_origins.clone(),
         origins_key: "hai.allowed_origins",

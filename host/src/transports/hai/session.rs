@@ -524,6 +524,8 @@ pub type HostCalls = Arc<Mutex<HashMap<String, CallMark>>>;
 /// The deadline takes it too, so a timeout and a human's answer never both count.
 pub struct SessionApprover {
     pub session: Arc<Session>,
+    /// The turn that asks: should its node die, its approvals go with it.
+    pub turn_id: String,
     pub events: mpsc::Sender<CallEvent>,
     pub calls: HostCalls,
     pub store: Store,
@@ -547,6 +549,7 @@ impl Approver for SessionApprover {
             session_id: self.session.id.clone(),
             tool_name: question.tool_name.clone(),
             call_id: question.call_id.clone(),
+            turn_id: self.turn_id.clone(),
         };
         // It outlives the deadline, which must find it to claim it; then it is taken.
         let expires = question
@@ -755,6 +758,7 @@ mod tests {
         let calls = HostCalls::default();
         let approver = SessionApprover {
             session: session.clone(),
+            turn_id: "turn".into(),
             events,
             calls: calls.clone(),
             store: store.clone(),

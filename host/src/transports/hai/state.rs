@@ -1,5 +1,6 @@
 //! What every HAI handler shares: the node, the live sessions, the
-//! browser client page and the stored sessions' quota.
+//! browser client page, the stored sessions' quota and, on a shared store,
+//! the running turns' leases.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use super::fleet::FleetOut;
 use super::session::{Hub, Limits};
 use crate::node::state::NodeState;
 use crate::policy::quota::{QuotaBounds, StoredQuota};
+use crate::store::lease::Leases;
 
 /// What every handler of this transport shares.
 #[derive(Clone)]
@@ -17,6 +19,8 @@ pub struct HaiState {
     pub(super) page: Arc<str>,
     /// Stored sessions and their history bytes per client address and in total.
     pub(super) stored: Arc<StoredQuota>,
+    /// The leases of the turns running here (`None` on a store of its own).
+    pub(super) leases: Option<Leases>,
 }
 
 impl HaiState {
@@ -42,9 +46,11 @@ impl HaiState {
             },
             Duration::from_secs(config.session_ttl_secs),
         );
+        let lease_length = Duration::from_millis(node.config.store.lease_ms);
         HaiState {
             hub,
             stored: Arc::new(stored),
+            leases: Leases::new(&node.store, "hai", lease_length),
             node,
             page: Arc::from(page),
         }

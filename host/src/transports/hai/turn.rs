@@ -20,6 +20,11 @@
 //!
 //! The user's message is committed before `thinking`, the reply before its final
 //! chunk: a client that saw either can rely on the history having it.
+//!
+//! On a shared store a turn holds a lease from before its user message is
+//! recorded to its end ([`crate::store::lease`]), so a turn whose node dies
+//! is ended by another node ([`super::fleet`]); a turn whose lease another
+//! node took stops here and says no more (that node told the session).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use super::{HaiError, HaiState, history_id};
 use crate::runtime::{
     ApprovalAsked, Call, CallEvent, EventSink, Exchange, Phase, Risk, TransportKind, event_channel,
 };
+use crate::store::lease::{Held, Lease};
 use crate::transports::chunks::{ChunkedAnswer, OverLimit, stated_answer};
 use crate::vocab::{ToolLifecycle, ToolStage};
 
@@ -54,7 +60,26 @@ pub async fn run(
     let _turn = session.turn.lock().await;
     let client = origin.ip;
     let started = std::time::Instant::now();
-    let answered = answer(&shared, &session, origin, &message).await;
+    let turn_id = uuid::Uuid::new_v4().to_string();
+    let lease = match shared.lease_turn(&session, &turn_id).await {
+        Ok(lease) => lease,
+        Err(error) => {
+            error.log("turn");
+            session.publish(&error.to_frame());
+            drop(queued);
+            session.publish(&completed(&session));
+            return;
+        }
+    };
+    let work = answer(&shared, &session, origin, &message, &turn_id);
+    let held = match &lease {
+        Some(lease) => lease.hold(work).await,
+        None => Held::Done(work.await),
+    };
+    let Held::Done(answered) = held else {
+        tracing::warn!(transport = "hai", session = %super::access::session_tag(&session.id), "hai: another node ended this turn (its lease lapsed); it stops here");
+        return;
+    };
     // A turn is the WebSocket's request: the console's HAI chart counts it like an HTTP one.
     shared.node.runtime.metrics().recent.observe_request(
         "hai",
@@ -74,11 +99,31 @@ pub async fn run(
     }
     // The turn no longer counts as using the session once a client can see it ended.
     drop(queued);
-    session.publish(&Outbound::Status {
+    session.publish(&completed(&session));
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
+}
+
+/// The frame that ends every turn.
+fn completed(session: &Session) -> Outbound {
+    Outbound::Status {
         status: Status::Completed,
         message: None,
         session_id: session.id.clone(),
-    });
+    }
+}
+
+impl HaiState {
+    /// Hold turn `turn_id` of `session` for this node while it runs (a shared store only).
+    async fn lease_turn(&self, session: &Session, turn_id: &str) -> Result<Option<Lease>, HaiError> {
+        match &self.leases {
+            Some(leases) => Ok(Some(
+                leases.acquire(turn_id, json!({"session_id": session.id})).await?,
+            )),
+            None => Ok(None),
+        }
+    }
 }
 
 async fn answer(
@@ -86,6 +131,7 @@ async fn answer(
     session: &Arc<Session>,
     origin: Origin,
     message: &UserMessage,
+    turn_id: &str,
 ) -> Result<(), HaiError> {
     shared.record_session(session, origin.ip).await?;
     shared
@@ -112,6 +158,7 @@ async fn answer(
     let owner = origin.ip;
     let approver = Arc::new(SessionApprover {
         session: session.clone(),
+        turn_id: turn_id.to_string(),
         events: events.clone(),
         calls: host_calls.clone(),
         store: shared.node.store.clone(),
