@@ -37,14 +37,14 @@ fn node() -> TestNode {
         .start()
 }
 
-fn request(id: i64, method: &str, params: Value) -> Vec<u8> {
+pub(crate) fn request(id: i64, method: &str, params: Value) -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
         .to_string()
         .into_bytes()
 }
 
 /// An initialize; `elicitation` declares form elicitation, so approvals can be asked.
-fn initialize_request(elicitation: bool) -> Vec<u8> {
+pub(crate) fn initialize_request(elicitation: bool) -> Vec<u8> {
     let capabilities = if elicitation {
         json!({"elicitation": {"form": {}}})
     } else {
@@ -62,7 +62,7 @@ fn initialize_request(elicitation: bool) -> Vec<u8> {
 }
 
 /// POST `body` to the MCP endpoint from `from`, in `session` when given.
-fn post(node: &TestNode, from: IpAddr, session: Option<&str>, body: &[u8]) -> RawReply {
+pub(crate) fn post(node: &TestNode, from: IpAddr, session: Option<&str>, body: &[u8]) -> RawReply {
     let mut headers = vec![("content-type", "application/json"), ("accept", ACCEPT)];
     if let Some(session) = session {
         headers.push(("mcp-session-id", session));
@@ -82,7 +82,7 @@ fn try_initialize(node: &TestNode, from: IpAddr) -> RawReply {
 }
 
 /// A new session from `from` (initialize and `notifications/initialized`): its id.
-fn open_session(node: &TestNode, from: IpAddr, elicitation: bool) -> String {
+pub(crate) fn open_session(node: &TestNode, from: IpAddr, elicitation: bool) -> String {
     let reply = post(node, from, None, &initialize_request(elicitation));
     assert_eq!(reply.status, 200, "initialize from {from}: {}", reply.body);
     let session = reply
@@ -100,17 +100,17 @@ fn open_session(node: &TestNode, from: IpAddr, elicitation: bool) -> String {
 }
 
 /// A `ping` in `session` from `from`: the reply, unjudged.
-fn ping(node: &TestNode, from: IpAddr, session: &str) -> RawReply {
+pub(crate) fn ping(node: &TestNode, from: IpAddr, session: &str) -> RawReply {
     post(node, from, Some(session), &request(9, "ping", json!({})))
 }
 
-fn assert_serves(node: &TestNode, from: IpAddr, session: &str) {
+pub(crate) fn assert_serves(node: &TestNode, from: IpAddr, session: &str) {
     let reply = ping(node, from, session);
     assert_eq!(reply.status, 200, "session {session} serves: {}", reply.body);
     assert_eq!(reply.json()["result"], json!({}), "{}", reply.body);
 }
 
-fn assert_ended(node: &TestNode, from: IpAddr, session: &str) {
+pub(crate) fn assert_ended(node: &TestNode, from: IpAddr, session: &str) {
     let reply = ping(node, from, session);
     assert_eq!(reply.status, 404, "session {session} ended: {}", reply.body);
     let answer = reply.json();
@@ -134,6 +134,18 @@ fn hold_open(
     body: &[u8],
     until: &str,
 ) -> TcpStream {
+    hold_open_reading(node, from, method, headers, body, until).0
+}
+
+/// [`hold_open`], with the text read so far.
+pub(crate) fn hold_open_reading(
+    node: &TestNode,
+    from: IpAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    until: &str,
+) -> (TcpStream, String) {
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket
         .bind(&SocketAddr::new(from, 0).into())
@@ -169,19 +181,24 @@ fn hold_open(
         );
         seen.extend_from_slice(&buffer[..read]);
     }
-    let text = String::from_utf8_lossy(&seen);
+    let text = String::from_utf8_lossy(&seen).into_owned();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    stream
+    (stream, text)
 }
 
 /// The session's notification stream, held open.
-fn open_stream(node: &TestNode, from: IpAddr, session: &str) -> TcpStream {
+pub(crate) fn open_stream(node: &TestNode, from: IpAddr, session: &str) -> TcpStream {
     let headers = [("accept", "text/event-stream"), ("mcp-session-id", session)];
     hold_open(node, from, "GET", &headers, b"", "\r\n\r\n")
 }
 
 /// A call of the approval-gated tool, held running while its approval form waits for an answer.
-fn running_call(node: &TestNode, from: IpAddr, session: &str) -> TcpStream {
+pub(crate) fn running_call(node: &TestNode, from: IpAddr, session: &str) -> TcpStream {
+    running_call_reading(node, from, session).0
+}
+
+/// [`running_call`], with what the stream said so far (its approval form).
+pub(crate) fn running_call_reading(node: &TestNode, from: IpAddr, session: &str) -> (TcpStream, String) {
     let headers = [
         ("content-type", "application/json"),
         ("accept", ACCEPT),
@@ -192,7 +209,7 @@ fn running_call(node: &TestNode, from: IpAddr, session: &str) -> TcpStream {
         "tools/call",
         json!({"name": "generate_inspection_report", "arguments": {"inspection_id": "INS-2024-001"}}),
     );
-    hold_open(node, from, "POST", &headers, &call, "elicitation/create")
+    hold_open_reading(node, from, "POST", &headers, &call, "elicitation/create")
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! MCP's part of the operator's console activity: the sessions with a stored
-//! history (their tool calls and approvals). A session lives in memory; its
-//! history is what the store keeps of it, and what is listed.
+//! history (their tool calls and approvals). A session lives in memory (on a
+//! fleet, also as a row of the shared store); its history is what the store
+//! keeps of it, and what is listed.
 
 use serde_json::Value;
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::jsonrpc::{self, Fault, code};
 use crate::policy::browser::BrowserRefusal;
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
@@ -43,6 +44,16 @@ pub enum McpError {
     /// A bound of the node (sessions, calls in flight): nothing was done.
     #[error("{0}")]
     Busy(String),
+    /// The shared store, which holds a fleet's sessions, did not answer: try again.
+    #[error("Service unavailable: the session store does not answer; try again")]
+    StorageUnavailable,
+}
+
+impl From<StoreError> for McpError {
+    fn from(error: StoreError) -> Self {
+        tracing::warn!(transport = "mcp", %error, "mcp: session store failed");
+        McpError::StorageUnavailable
+    }
 }
 
 impl McpError {
@@ -58,7 +69,7 @@ impl McpError {
             McpError::UnservedEra => code::METHOD_NOT_FOUND,
             // A server error of the node's; clients act on the HTTP 404 beside it.
             McpError::UnknownSession => -32001,
-            McpError::Busy(_) => code::SERVER_ERROR,
+            McpError::Busy(_) | McpError::StorageUnavailable => code::SERVER_ERROR,
         }
     }
 
@@ -76,7 +87,7 @@ impl McpError {
             McpError::Browser(refusal) => refusal.status(),
             McpError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             McpError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
-            McpError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            McpError::Busy(_) | McpError::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

@@ -10,6 +10,7 @@
 //!   asked by `elicitation/create` (§"Elicitation").
 //! - [`wire`]: JSON-RPC messages and the parameters the node reads.
 //! - [`state`]: sessions and their bounds.
+//! - [`fleet`]: sessions and approval forms as fleet state, on a shared store.
 //! - [`error`]: [`McpError`], the one place errors become HTTP statuses and JSON-RPC errors.
 //!
 //! Written on axum rather than with `rmcp`'s server: the node's own bounds
@@ -21,11 +22,12 @@
 //! Choices the issue left open, documented in `docs/protocols/mcp.md`: the stateless
 //! 2026-07-28 era is not served (`server/discover` gets HTTP 400, so clients
 //! fall back to `initialize`); `tools/call` answers on an SSE stream whenever
-//! the client accepts one (other requests answer JSON); a session lives on the
-//! node that made it.
+//! the client accepts one (other requests answer JSON); on a fleet, a session
+//! is served by any node (see [`fleet`]).
 
 pub mod activity;
 pub mod error;
+mod fleet;
 mod state;
 mod tools;
 pub mod wire;
@@ -68,6 +70,7 @@ pub fn router(node: NodeState) -> Router {
     let policy = node.browser.clone();
     let shared = McpState::new(node);
     shared.sweep_idle();
+    fleet::listen(&shared);
     // The console answers this transport's approvals while its routes are served.
     let answering = shared
         .node
@@ -128,7 +131,7 @@ async fn receive(
         Inbound::Request { id, .. } => id.clone(),
         _ => Value::Null,
     };
-    let session = match session_of(&shared, &headers) {
+    let session = match session_of(&shared, &headers).await {
         Ok(session) => session,
         Err(error) => return error.into_response_for(&id),
     };
@@ -219,7 +222,7 @@ async fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Valu
     let requested = params.get("protocolVersion").and_then(Value::as_str);
     let version = wire::negotiate(requested);
     let elicitation = wire::accepts_form_elicitation(params);
-    let session = match shared.open(peer.ip(), version, elicitation).await {
+    let session = match shared.open(peer.ip(), version, elicitation, params).await {
         Ok(session) => session,
         Err(error) => return error.into_response_for(id),
     };
@@ -248,7 +251,7 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
         return McpError::NotAcceptable("the notification stream is text/event-stream".into())
             .into_response();
     }
-    let session = match session_of(&shared, &headers) {
+    let session = match session_of(&shared, &headers).await {
         Ok(session) => session,
         Err(error) => return error.into_response(),
     };
@@ -305,7 +308,7 @@ async fn end_session(State(shared): State<Shared>, headers: HeaderMap) -> Respon
 
 /// The session a request names, held in use for the request's life, and a
 /// revision header it may repeat.
-fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<InUse, McpError> {
+async fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<InUse, McpError> {
     let id = headers
         .get(SESSION_HEADER)
         .and_then(|value| value.to_str().ok())
@@ -320,7 +323,7 @@ fn session_of(shared: &Shared, headers: &HeaderMap) -> Result<InUse, McpError> {
             )));
         }
     }
-    shared.session(id)
+    shared.session(id).await
 }
 
 /// Who may call, once the browser policy has passed the request (§"Security

@@ -1,8 +1,13 @@
 //! MCP sessions (§"Transports", "Session Management"): made by `initialize`,
 //! named by `Mcp-Session-Id`, ended by `DELETE` or by idling past
-//! `mcp.session_idle_timeout_ms`. A session lives in this node's memory only:
-//! what it holds (the client's capabilities, its open approval forms) is tied
-//! to the client's connections to this node.
+//! `mcp.session_idle_timeout_ms`. On the embedded store a session lives in this
+//! node's memory only, and the table here is the whole truth. On a shared store
+//! (a fleet) the session's row in the store is the truth and this table is the
+//! node's cache of it, for what only a process can hold (its streams, its
+//! running calls); see [`super::fleet`]. The row is read on every request, as
+//! a fleet request already pays database round trips, while the single node
+//! pays none: a write-through cache would still need that read to see a
+//! `DELETE` made on another node.
 //!
 //! Bounds: `mcp.max_sessions` in total and `mcp.max_sessions_per_ip` per client
 //! address ([`client_key`]), counted by the node's shared
@@ -34,6 +39,7 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::error::McpError;
+use super::fleet::{self, SessionRecord};
 use super::tools::Validators;
 use crate::listener::caps::client_key;
 use crate::node::state::NodeState;
@@ -52,6 +58,8 @@ pub struct McpState {
     sessions: Mutex<HashMap<String, Arc<McpSession>>>,
     places: Admission<IpAddr>,
     pub validators: Validators,
+    /// Whether sessions are fleet state (the store is shared).
+    fleet: bool,
 }
 
 /// One client's session.
@@ -63,7 +71,8 @@ pub struct McpSession {
     pub protocol_version: &'static str,
     /// Whether the client declared form elicitation: without it no approval can be asked.
     pub elicitation: bool,
-    /// Its place in the session bounds, given back when the session ends.
+    /// Its place in the session bounds, given back when the session ends; none
+    /// for a fleet session another node opened (that node holds its place).
     place: Mutex<Option<Slot<IpAddr>>>,
     last_seen: Mutex<Instant>,
     /// Streams open and calls running: a session in use does not idle out.
@@ -88,28 +97,43 @@ impl McpState {
             per_client_key: "mcp.max_sessions_per_ip",
             wait: Duration::ZERO,
         });
+        let fleet = node.store.is_shared();
         Arc::new(McpState {
             node,
             sessions: Mutex::default(),
             places,
             validators: Validators::default(),
+            fleet,
         })
+    }
+
+    /// Whether sessions are fleet state, kept in the shared store.
+    pub fn fleet(&self) -> bool {
+        self.fleet
     }
 
     /// A new session for a client, within the bounds; at the node-wide bound it
     /// may end another client's idle session (the module docs give the rule).
+    /// `params` are `initialize`'s, kept with a fleet session.
     pub async fn open(
         &self,
         peer: IpAddr,
         protocol_version: &'static str,
         elicitation: bool,
+        params: &Value,
     ) -> Result<Arc<McpSession>, McpError> {
         let client = client_key(peer);
         let (place, evicted) = {
             let mut sessions = self.sessions.lock();
             let (place, evicted) = self.place_for(&mut sessions, client);
             let place = place.map(|place| {
-                let session = self.new_session(client, place, protocol_version, elicitation);
+                let session = self.new_session(
+                    uuid::Uuid::new_v4().simple().to_string(),
+                    client,
+                    Some(place),
+                    protocol_version,
+                    elicitation,
+                );
                 sessions.insert(session.id.clone(), session.clone());
                 session
             });
@@ -121,9 +145,33 @@ impl McpState {
                 client = %evicted.client,
                 "mcp: least recently used idle session ended for a client holding fewer (mcp.max_sessions)"
             );
+            if self.fleet {
+                self.end_in_store(&evicted.id).await;
+            }
             self.close(evicted).await;
         }
-        place.map_err(|refusal| McpError::Busy(format!("MCP sessions: {refusal} (DELETE ends one)")))
+        let session =
+            place.map_err(|refusal| McpError::Busy(format!("MCP sessions: {refusal} (DELETE ends one)")))?;
+        if self.fleet {
+            let record = SessionRecord::new(client, protocol_version, elicitation, params);
+            if let Err(error) = fleet::store_session(self, &session.id, &record).await {
+                self.sessions.lock().remove(&session.id);
+                session.give_back_place();
+                return Err(error.into());
+            }
+        }
+        Ok(session)
+    }
+
+    /// Remove a fleet session's row and tell the other nodes; best effort, for
+    /// an end this node decided (an eviction).
+    async fn end_in_store(&self, id: &str) {
+        match fleet::remove_session(&self.node.store, id).await {
+            Ok(_) => fleet::announce_end(&self.node.store, id).await,
+            Err(error) => {
+                tracing::warn!(session = %id, %error, "mcp: an ended session's row stays until it expires")
+            }
+        }
     }
 
     /// A place for `client`, and the session evicted to make it, if one was.
@@ -153,7 +201,7 @@ impl McpState {
     ) -> Option<String> {
         let (_, newcomers) = self.places.held(&newcomer);
         sessions
-            .filter(|session| session.in_use.load(Ordering::Acquire) == 0)
+            .filter(|session| session.holds_place() && session.in_use.load(Ordering::Acquire) == 0)
             .map(|session| (self.places.held(&session.client).1, session))
             .filter(|(held, _)| *held > newcomers + 1)
             .max_by_key(|(held, session)| (*held, std::cmp::Reverse(*session.last_seen.lock())))
@@ -162,17 +210,18 @@ impl McpState {
 
     fn new_session(
         &self,
+        id: String,
         client: IpAddr,
-        place: Slot<IpAddr>,
+        place: Option<Slot<IpAddr>>,
         protocol_version: &'static str,
         elicitation: bool,
     ) -> Arc<McpSession> {
         Arc::new(McpSession {
-            id: uuid::Uuid::new_v4().simple().to_string(),
+            id,
             client,
             protocol_version,
             elicitation,
-            place: Mutex::new(Some(place)),
+            place: Mutex::new(place),
             last_seen: Mutex::new(Instant::now()),
             in_use: AtomicUsize::new(0),
             calls: Arc::new(Semaphore::new(self.node.config.mcp.max_calls_per_session)),
@@ -184,23 +233,78 @@ impl McpState {
 
     /// The session a request names, held in use (so it neither idles out nor is
     /// evicted) until the returned guard drops.
-    pub fn session(&self, id: &str) -> Result<InUse, McpError> {
+    pub async fn session(&self, id: &str) -> Result<InUse, McpError> {
         // Taken under the table's lock, so an eviction sees the session in use.
-        let sessions = self.sessions.lock();
-        let session = sessions.get(id).ok_or(McpError::UnknownSession)?;
-        Ok(session.in_use())
+        let cached = self.sessions.lock().get(id).map(McpSession::in_use);
+        if !self.fleet {
+            return cached.ok_or(McpError::UnknownSession);
+        }
+        let Some((record, expires_at_ms)) = fleet::load_session(&self.node.store, id).await? else {
+            if let Some(cached) = cached {
+                // Ended elsewhere, or expired, before this node heard of it.
+                drop(cached);
+                self.ended_elsewhere(id).await;
+            }
+            return Err(McpError::UnknownSession);
+        };
+        let session = match cached {
+            Some(session) => session,
+            None => self.adopt(id, &record),
+        };
+        fleet::refresh_if_due(self, id, &record, expires_at_ms).await?;
+        Ok(session)
     }
 
-    /// End a session: its streams close, its open approval forms fail, its history goes.
+    /// Serve a fleet session another node opened, from its row.
+    fn adopt(&self, id: &str, record: &SessionRecord) -> InUse {
+        let version = super::wire::negotiate(Some(&record.protocol_version));
+        let mut sessions = self.sessions.lock();
+        sessions
+            .entry(id.to_string())
+            .or_insert_with(|| {
+                self.new_session(id.to_string(), record.client, None, version, record.elicitation)
+            })
+            .in_use()
+    }
+
+    /// End a session: its streams close, its open approval forms fail, its
+    /// history goes; on a fleet, on every node.
     pub async fn end(&self, id: &str) -> Result<(), McpError> {
-        let session = self.sessions.lock().remove(id).ok_or(McpError::UnknownSession)?;
+        let stored = self.fleet && fleet::remove_session(&self.node.store, id).await?;
+        let session = self.sessions.lock().remove(id);
+        if stored {
+            fleet::announce_end(&self.node.store, id).await;
+        }
+        let Some(session) = session else {
+            if stored {
+                // Its history is another node's to remove, or the sweeper's.
+                self.remove_history(id).await;
+                return Ok(());
+            }
+            return Err(McpError::UnknownSession);
+        };
         session.give_back_place();
         self.close(session).await;
         Ok(())
     }
 
+    /// Another node ended session `id`, or its row expired: close what this node holds of it.
+    pub async fn ended_elsewhere(&self, id: &str) {
+        let Some(session) = self.sessions.lock().remove(id) else {
+            return;
+        };
+        session.give_back_place();
+        self.close_here(&session);
+    }
+
     /// What ending a session, already out of the table, does.
     async fn close(&self, session: Arc<McpSession>) {
+        self.close_here(&session);
+        self.remove_history(&session.id).await;
+    }
+
+    /// Its streams end and its waiting approvals fail, on this node.
+    fn close_here(&self, session: &McpSession) {
         session.ended.send_replace(true);
         self.node.runtime.approvals().settle_scope(
             &session.approval_scope(),
@@ -208,10 +312,13 @@ impl McpState {
                 feedback: Some("the MCP session ended".into()),
             },
         );
-        if let Err(error) = self.node.store.remove_history(&session.history_id()).await {
-            tracing::warn!(session = %session.id, %error, "mcp: session history not removed");
-        }
         tracing::debug!(session = %session.id, "mcp: session ended");
+    }
+
+    async fn remove_history(&self, id: &str) {
+        if let Err(error) = self.node.store.remove_history(&history_id(id)).await {
+            tracing::warn!(session = %id, %error, "mcp: session history not removed");
+        }
     }
 
     /// End every session idle past `mcp.session_idle_timeout_ms`, now and then, for the node's life.
@@ -224,6 +331,10 @@ impl McpState {
             loop {
                 ticks.tick().await;
                 let Some(shared) = shared.upgrade() else { return };
+                if shared.fleet {
+                    shared.sweep_fleet(idle).await;
+                    continue;
+                }
                 // Judged and taken out under the table's lock, so a request that
                 // has just taken its session in use keeps it.
                 let expired: Vec<Arc<McpSession>> = shared
@@ -238,6 +349,47 @@ impl McpState {
                 }
             }
         });
+    }
+
+    /// On a fleet, a session idle on this node may be in use on another: its
+    /// row says. A row gone ends it here (the store's sweeper takes its
+    /// history); a live one keeps a session this node holds a place for until
+    /// the row's expiry, and drops one it only adopted from the cache.
+    async fn sweep_fleet(&self, idle: Duration) {
+        let idle_here: Vec<Arc<McpSession>> = self
+            .sessions
+            .lock()
+            .values()
+            .filter(|session| session.idle_for() >= idle)
+            .cloned()
+            .collect();
+        for session in idle_here {
+            let row = match fleet::load_session(&self.node.store, &session.id).await {
+                Ok(row) => row,
+                Err(error) => {
+                    tracing::debug!(%error, "mcp: idle sessions are judged again at the next sweep");
+                    return;
+                }
+            };
+            match row {
+                Some((_, expires_at_ms)) if session.holds_place() => session.recheck_at(expires_at_ms, idle),
+                _ => {
+                    // Still idle and still this very session: a request may have taken it meanwhile.
+                    let taken = self
+                        .sessions
+                        .lock()
+                        .extract_if(|id, cached| {
+                            *id == session.id && Arc::ptr_eq(cached, &session) && cached.idle_for() >= idle
+                        })
+                        .next()
+                        .is_some();
+                    if taken && row.is_none() {
+                        session.give_back_place();
+                        self.close_here(&session);
+                    }
+                }
+            }
+        }
     }
 
     /// Record a tool call or an approval in the session's history; best effort.
@@ -258,6 +410,18 @@ impl McpSession {
             return Duration::ZERO;
         }
         self.last_seen.lock().elapsed()
+    }
+
+    fn holds_place(&self) -> bool {
+        self.place.lock().is_some()
+    }
+
+    /// Judge this idle session again when its fleet row is due to expire.
+    fn recheck_at(&self, expires_at_ms: u64, idle: Duration) {
+        let left = Duration::from_millis(expires_at_ms.saturating_sub(crate::store::now_ms()));
+        if let Some(seen) = Instant::now().checked_sub(idle.saturating_sub(left)) {
+            *self.last_seen.lock() = seen;
+        }
     }
 
     /// Free the session's place in the bounds; once, when it leaves the table.
@@ -297,7 +461,7 @@ impl McpSession {
 
     /// Who may answer this session's approval forms: a response in this session.
     pub fn approval_scope(&self) -> String {
-        format!("mcp:{}", self.id)
+        approval_scope(&self.id)
     }
 }
 
@@ -327,7 +491,12 @@ impl Drop for Listening {
     }
 }
 
-/// Where session `session_id`'s history is stored.
+/// The approval scope of session `session_id`'s forms.
+pub(super) fn approval_scope(session_id: &str) -> String {
+    format!("mcp:{session_id}")
+}
+
+/// Where session `session_id`'s history is stored (and, on a fleet, its row).
 pub(super) fn history_id(session_id: &str) -> String {
     format!("mcp:{session_id}")
 }

@@ -9,7 +9,8 @@
 //! `approve: true` ([`crate::runtime::Runtime::call_tool`] enforces it). The form
 //! goes on the `tools/call` request's own SSE stream, so it reaches the client
 //! that asked, while the call waits; a client that did not declare form
-//! elicitation gets an error result and the tool does not run.
+//! elicitation gets an error result and the tool does not run. On a fleet the
+//! answer may reach another node: see [`super::fleet`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use super::fleet;
 use super::state::{McpSession, Shared};
 use super::wire::{ElicitAnswer, ToolCallParams, elicit_answer};
 use crate::jsonrpc;
@@ -206,6 +208,7 @@ pub async fn call(
         Some(stream) if session.elicitation => Some(Arc::new(FormApprover {
             session: session.clone(),
             stream,
+            fleet: shared.fleet().then(|| shared.node.store.clone()),
         })),
         _ => None,
     };
@@ -253,6 +256,8 @@ pub async fn call(
 struct FormApprover {
     session: Arc<McpSession>,
     stream: mpsc::Sender<Value>,
+    /// On a fleet, the shared store, where a pending form is a record any node can take.
+    fleet: Option<crate::store::Store>,
 }
 
 #[async_trait::async_trait]
@@ -262,12 +267,38 @@ impl Approver for FormApprover {
     }
 
     async fn ask(&self, question: &ApprovalAsked) -> Result<(), String> {
+        if let Some(store) = &self.fleet {
+            fleet::put_pending(
+                store,
+                &self.session.id,
+                &question.approval_id,
+                &question.tool_name,
+                question.deadline_ms,
+            )
+            .await
+            .map_err(|error| error.to_string())?;
+        }
         let params = approval_form(question, self.session.protocol_version);
         let form = jsonrpc::request(question.approval_id.as_str(), "elicitation/create", Some(params));
         self.stream
             .send(form)
             .await
             .map_err(|_| "the client's stream closed".to_string())
+    }
+
+    /// On a fleet, the deadline takes the form's record as an answer would: if
+    /// an answer took it first, its decision is on its way from another node.
+    async fn claim_deadline(&self, question: &ApprovalAsked) -> bool {
+        let Some(store) = &self.fleet else {
+            return true;
+        };
+        match fleet::take_pending(store, &self.session.id, &question.approval_id).await {
+            Ok(taken) => taken.is_some(),
+            Err(error) => {
+                tracing::warn!(session = %self.session.id, %error, "mcp: an approval's deadline could not claim it; it times out here");
+                true
+            }
+        }
     }
 
     fn withdraw(&self, question: &ApprovalAsked) {
@@ -301,20 +332,52 @@ impl FormApprover {
 }
 
 /// A client's response in `session`: the answer to one of its approval forms,
-/// which decides the waiting call once and goes to the session's history.
+/// which decides the waiting call once and goes to the session's history. On
+/// a fleet the form's record decides who answers, and a call waiting on
+/// another node gets the decision through the fleet bus.
 pub async fn answer(shared: &Shared, session: &McpSession, id: &Value, response: Result<Value, Value>) {
-    let decision = id.as_str().and_then(|id| {
-        shared
-            .node
-            .runtime
-            .approvals()
-            .take(&session.approval_scope(), id)
-    });
-    let Some(decision) = decision else {
+    let Some(approval_id) = id.as_str() else {
         tracing::debug!(session = %session.id, %id, "mcp: an answer to no open request");
         return;
     };
-    let (action, outcome) = match elicit_answer(response) {
+    let pending = if shared.fleet() {
+        match fleet::take_pending(&shared.node.store, &session.id, approval_id).await {
+            Ok(Some(pending)) => Some(pending),
+            Ok(None) => {
+                tracing::debug!(session = %session.id, %id, "mcp: an answer to no open request");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(session = %session.id, %error, "mcp: an answer could not be taken; its call times out");
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let waiting_here = shared
+        .node
+        .runtime
+        .approvals()
+        .take(&session.approval_scope(), approval_id);
+    let (action, outcome) = decision_of(elicit_answer(response));
+    match (waiting_here, pending) {
+        (Some(decision), _) => {
+            decide(shared, session, decision, action, outcome).await;
+        }
+        (None, Some(pending)) => {
+            record_decision(shared, session, approval_id, &pending.tool_name, action, &outcome).await;
+            fleet::send_decision(&shared.node.store, &session.id, approval_id, &outcome).await;
+        }
+        (None, None) => {
+            tracing::debug!(session = %session.id, %id, "mcp: an answer to no open request");
+        }
+    }
+}
+
+/// The history's action and the call's outcome of a human's answer.
+fn decision_of(answer: ElicitAnswer) -> (&'static str, ApprovalOutcome) {
+    match answer {
         ElicitAnswer::Approved => ("accept", ApprovalOutcome::Approved),
         ElicitAnswer::Rejected { feedback } => ("accept", ApprovalOutcome::Rejected { feedback }),
         ElicitAnswer::Declined => (
@@ -335,8 +398,7 @@ pub async fn answer(shared: &Shared, session: &McpSession, id: &Value, response:
                 feedback: Some(format!("no approval could be asked: {why}")),
             },
         ),
-    };
-    decide(shared, session, decision, action, outcome).await;
+    }
 }
 
 /// Record a decision taken for one of `session`'s approvals and release the
@@ -349,16 +411,32 @@ async fn decide(
     action: &str,
     outcome: ApprovalOutcome,
 ) -> bool {
-    let (approved, feedback) = match &outcome {
-        ApprovalOutcome::Approved => (true, None),
-        ApprovalOutcome::Rejected { feedback } => (false, feedback.clone()),
-        ApprovalOutcome::TimedOut => (false, None),
-    };
-    let entry = json!({"approval_id": decision.asked.approval_id, "tool_name": decision.asked.tool_name,
-                       "action": action, "approved": approved, "feedback": feedback});
+    let asked = &decision.asked;
     // Recorded before the tool may run, as every transport's decision is.
-    shared.record(session, "approval", entry).await;
+    record_decision(
+        shared,
+        session,
+        &asked.approval_id,
+        &asked.tool_name,
+        action,
+        &outcome,
+    )
+    .await;
     decision.deliver(outcome)
+}
+
+async fn record_decision(
+    shared: &Shared,
+    session: &McpSession,
+    approval_id: &str,
+    tool_name: &str,
+    action: &str,
+    outcome: &ApprovalOutcome,
+) {
+    let (approved, feedback) = fleet::approved_and_feedback(outcome);
+    let entry = json!({"approval_id": approval_id, "tool_name": tool_name,
+                       "action": action, "approved": approved, "feedback": feedback});
+    shared.record(session, "approval", entry).await;
 }
 
 /// The console's answer to an MCP approval is the client's form accepted with
@@ -375,7 +453,17 @@ impl Answerer for ConsoleAnswers {
         let lost = |why: &str| AnswerError::lost(waiting, why);
         let session = shared
             .session(session_id)
+            .await
             .map_err(|_| lost("its session ended"))?;
+        if shared.fleet() {
+            // The form's record decides across the fleet, as for a client's answer.
+            let taken = fleet::take_pending(&shared.node.store, session_id, &waiting.asked.approval_id)
+                .await
+                .map_err(|error| lost(&error.to_string()))?;
+            if taken.is_none() {
+                return Err(lost("the client answered it, or it timed out"));
+            }
+        }
         let decision = shared
             .node
             .runtime
