@@ -125,3 +125,18 @@ pub(crate) fn bench_hai_node(settings: &Settings, data: &Path) -> Result<Server>
     })?;
     Ok(node)
 }
+
+/// The versioned fixture's build marker, rewritten per build.
+const MARKER: &[u8] = b"AGORA-VERSION-MARKER-00000000000";
+pub(crate) const VERSIONED_DOCUMENT: &str = "name: Versioned fixture\ndescription: reports its build marker\nmultiround: false\n---\nAnswers {\"version\": marker}.\n";
+
+/// The versioned fixture (`original`) with its marker rewritten to `version`.
+pub(crate) fn versioned_build(original: &[u8], version: u32) -> Result<Vec<u8>> {
+    let at = original
+        .windows(MARKER.len())
+        .position(|w| w == MARKER)
+        .ok_or_else(|| anyhow!("marker not found in the versioned fixture"))?;
+    let mut bytes = original.to_vec();
+    bytes[at..at + MARKER.len()].copy_from_slice(format!("AGORA-VERSION-MARKER-{version:011}").as_bytes());
+    Ok(bytes)
+}

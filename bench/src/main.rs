@@ -10,6 +10,7 @@ mod ceiling;
 mod crowd;
 mod fixture;
 mod fleet;
+mod fleet_publish;
 mod hai;
 mod load;
 mod mcp;
@@ -38,7 +39,7 @@ struct Cli {
     /// A few seconds in all, no Python peers: checks the harness still works (CI).
     #[arg(long)]
     smoke: bool,
-    /// Rows to run (1-12), comma-separated; default all.
+    /// Rows to run (1-15), comma-separated; default all.
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// Seconds of measured load per segment.
@@ -99,9 +100,9 @@ fn main() -> Result<()> {
     let wanted: Vec<u8> = if cli.rows.is_empty() {
         if cli.smoke {
             // No Python peers in smoke mode: their venvs take minutes to make.
-            vec![1, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+            vec![1, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
         } else {
-            (1..=14).collect()
+            (1..=15).collect()
         }
     } else {
         cli.rows.clone()

@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
 use crate::fixture::{
-    agora_success, agora_target, bench_hai_node, converter_document, converter_node, converter_query,
-    envelope_keys, one_client_stands_for_many, sha1_hex, temp_dir,
+    VERSIONED_DOCUMENT, agora_success, agora_target, bench_hai_node, converter_document, converter_node,
+    converter_query, envelope_keys, one_client_stands_for_many, sha1_hex, temp_dir, versioned_build,
 };
 use crate::hai;
 use crate::load::{self, Segment, Target};
@@ -62,6 +62,7 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             12 => crate::mcp::row12(settings).await,
             13 => crate::crowd::row13(settings).await,
             14 => crate::crowd::row14(settings).await,
+            15 => crate::fleet_publish::row15(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {
@@ -566,19 +567,6 @@ fn loaded_elapsed_ms(line: &str) -> Option<f64> {
     }
     let rest = &line[line.find("elapsed_ms=")? + "elapsed_ms=".len()..];
     rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-}
-
-const MARKER: &[u8] = b"AGORA-VERSION-MARKER-00000000000";
-const VERSIONED_DOCUMENT: &str = "name: Versioned fixture\ndescription: reports its build marker\nmultiround: false\n---\nAnswers {\"version\": marker}.\n";
-
-fn versioned_build(original: &[u8], version: u32) -> Result<Vec<u8>> {
-    let at = original
-        .windows(MARKER.len())
-        .position(|w| w == MARKER)
-        .ok_or_else(|| anyhow!("marker not found in the versioned fixture"))?;
-    let mut bytes = original.to_vec();
-    bytes[at..at + MARKER.len()].copy_from_slice(format!("AGORA-VERSION-MARKER-{version:011}").as_bytes());
-    Ok(bytes)
 }
 
 async fn row5(settings: &Settings) -> Result<Row> {

@@ -32,7 +32,13 @@ pub fn router(state: NodeState) -> Router {
 }
 
 async fn health(State(state): State<NodeState>) -> impl IntoResponse {
-    let folders = private_folders(&state);
+    let (code, body) = report(&state).await;
+    (code, axum::Json(body))
+}
+
+/// The node's health as `/health` answers it; a fleet's heartbeat carries the same.
+pub async fn report(state: &NodeState) -> (StatusCode, serde_json::Value) {
+    let folders = private_folders(state);
     let plugins: Vec<PluginStatus> = state
         .runtime
         .status()
@@ -58,7 +64,7 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
     } else {
         StatusCode::OK
     };
-    let body = axum::Json(json!({
+    let body = json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
@@ -74,7 +80,7 @@ async fn health(State(state): State<NodeState>) -> impl IntoResponse {
             "error": store_error,
         },
         "plugins": plugins,
-    }));
+    });
     (code, body)
 }
 

@@ -91,6 +91,34 @@ enum PluginCommand {
         #[arg(long, default_value = "rust")]
         lang: String,
     },
+    /// Publish a plugin file to the fleet (store.backend = "postgres"): every node loads it.
+    Publish {
+        file: PathBuf,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// Take a plugin (NAME or NAME.wasm) out of the fleet: every node withdraws it.
+    Unpublish {
+        name: String,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// The fleet's plugin set, and what each node serves.
+    List {
+        /// Configuration file (replaces config/agora.toml); AGORA_* variables apply too.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct FleetArgs {
+    /// Configuration file (replaces config/agora.toml); AGORA_* variables apply too.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// How long to wait for every node to follow (0: do not wait).
+    #[arg(long, default_value_t = 60)]
+    wait_secs: u64,
 }
 
 #[derive(Subcommand)]
@@ -175,6 +203,23 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             println!("build:  {}", agora_node::scaffold::build_line(&lang, &name));
             Ok(())
         }
+        Command::Plugin(PluginCommand::Publish { file, fleet }) => {
+            let config = fleet_config(fleet.config.as_deref())?;
+            let wait = std::time::Duration::from_secs(fleet.wait_secs);
+            return cli::plugin::publish(&config, &file, wait)
+                .await
+                .map(rollout_status);
+        }
+        Command::Plugin(PluginCommand::Unpublish { name, fleet }) => {
+            let config = fleet_config(fleet.config.as_deref())?;
+            let wait = std::time::Duration::from_secs(fleet.wait_secs);
+            return cli::plugin::unpublish(&config, &name, wait)
+                .await
+                .map(rollout_status);
+        }
+        Command::Plugin(PluginCommand::List { config }) => {
+            cli::plugin::list(&fleet_config(config.as_deref())?).await
+        }
         Command::Protocol(ProtocolCommand::Hash { file }) => {
             let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
             let hex = agora_node::crypto::protocol_hash(&bytes);
@@ -197,6 +242,19 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::A2a(command) => return cli::a2a::run(command).await,
     };
     done.map(|()| ExitCode::SUCCESS)
+}
+
+fn fleet_config(file: Option<&std::path::Path>) -> Result<Config, String> {
+    Config::load(file, &CliOverrides::default()).map_err(|e| e.to_string())
+}
+
+/// A rollout some node did not follow (yet, or at all) exits 2: the change is published.
+fn rollout_status(every_node: bool) -> ExitCode {
+    if every_node {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
 }
 
 /// `--version`: the node's version and the plugin contract it speaks, so a

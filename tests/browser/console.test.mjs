@@ -19,8 +19,8 @@
 import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
-import { basename, join } from 'node:path';
-import { assertVendored, launch, nodeUrl, say } from './support.mjs';
+import { basename } from 'node:path';
+import { DESKTOP, assertVendored, checkConsoleView, launch, nodeUrl, say } from './support.mjs';
 
 const base = nodeUrl();
 const consoleUrl = new URL('console/', base).href;
@@ -39,8 +39,6 @@ const PATIENCE = 5000;
 const SERIES_PATIENCE = 15000;
 /** Compiling an uploaded plugin on a machine busy with builds. */
 const COMPILE_PATIENCE = 30000;
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
 
 function required(name) {
   const value = process.env[name];
@@ -151,42 +149,8 @@ async function readAll(body) {
 
 // --- The page ---
 
-let axeSource = null;
-
-/** axe-core's rules over the whole page: the serious and critical violations, readable. */
-async function axeViolations(page) {
-  axeSource ??= await readFile(new URL('node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
-  // Evaluated, not a <script> tag: the console's CSP (rightly) refuses inline scripts.
-  if (!(await page.evaluate(() => Boolean(window.axe)))) await page.evaluate(axeSource);
-  const results = await page.evaluate(() => window.axe.run(document));
-  return results.violations
-    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-    .map((v) => `${v.impact} ${v.id}: ${v.help} — ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
-}
-
-const nextFrame = (page) => page.evaluate(() => new Promise((resolve) => {
-  requestAnimationFrame(() => requestAnimationFrame(resolve));
-}));
-
-/** Show `view` (unless it is the sign-in) and check and photograph it at desktop and phone width. */
-async function checkView(page, view) {
-  if (view !== 'signin') {
-    await page.click(`nav a[data-view="${view}"]`);
-    await page.locator(`#view-${view}`).waitFor();
-    assert.equal(await page.getAttribute(`nav a[data-view="${view}"]`, 'aria-current'), 'page');
-  }
-  for (const [label, size] of [['desktop', DESKTOP], ['phone', PHONE]]) {
-    await page.setViewportSize(size);
-    await nextFrame(page);
-    const violations = await axeViolations(page);
-    assert.deepEqual(violations, [], `axe-core on ${view} (${label}):\n${violations.join('\n')}`);
-    // Nothing wider than the screen: wide tables scroll inside their own frame.
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-    assert.ok(overflow <= 0, `${view} (${label}) scrolls sideways by ${overflow} px`);
-    await page.screenshot({ path: join(shots, `console-${view}-${label}.png`) });
-  }
-  await page.setViewportSize(DESKTOP);
-}
+/** Show `view` (unless it is the sign-in), check it and photograph it into SHOTS_DIR. */
+const checkView = (page, view) => checkConsoleView(page, view, shots);
 
 async function approveInConsole(page, approvalId, feedback) {
   const card = page.locator(`[data-approval-id="${approvalId}"]`);

@@ -1,7 +1,9 @@
-// What both browser tests share: Debian's chromium through playwright-core, and
-// talking to the chat the way a person does (type, press Send, wait for the answer).
+// What the browser tests share: Debian's chromium through playwright-core,
+// talking to the chat the way a person does (type, press Send, wait for the
+// answer), and checking a console view (axe-core, widths, screenshots).
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 
 import { chromium } from 'playwright-core';
 
@@ -66,4 +68,50 @@ export async function assertVendored(base, pairs) {
     const copy = await readFile(new URL(`node_modules/${pinned}`, import.meta.url), 'utf8');
     assert.equal(await reply.text(), copy, `${served} is not ${pinned}`);
   }
+}
+
+// --- The operator's console (console.test.mjs, console-fleet.test.mjs) ---
+
+export const DESKTOP = { width: 1280, height: 800 };
+export const PHONE = { width: 390, height: 844 };
+
+let axeSource = null;
+
+/** axe-core's rules over the whole page: the serious and critical violations, readable. */
+async function axeViolations(page) {
+  axeSource ??= await readFile(new URL('node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
+  // Evaluated, not a <script> tag: the console's CSP (rightly) refuses inline scripts.
+  if (!(await page.evaluate(() => Boolean(window.axe)))) await page.evaluate(axeSource);
+  const results = await page.evaluate(() => window.axe.run(document));
+  return results.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.impact} ${v.id}: ${v.help} — ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+}
+
+const nextFrame = (page) => page.evaluate(() => new Promise((resolve) => {
+  requestAnimationFrame(() => requestAnimationFrame(resolve));
+}));
+
+/**
+ * Show the console's `view` (unless it is the sign-in), check it with axe-core
+ * and for sideways scrolling at desktop and phone width, and photograph it
+ * into `shots` as console-VIEW-WIDTH.png.
+ */
+export async function checkConsoleView(page, view, shots) {
+  if (view !== 'signin') {
+    await page.click(`nav a[data-view="${view}"]`);
+    await page.locator(`#view-${view}`).waitFor();
+    assert.equal(await page.getAttribute(`nav a[data-view="${view}"]`, 'aria-current'), 'page');
+  }
+  for (const [label, size] of [['desktop', DESKTOP], ['phone', PHONE]]) {
+    await page.setViewportSize(size);
+    await nextFrame(page);
+    const violations = await axeViolations(page);
+    assert.deepEqual(violations, [], `axe-core on ${view} (${label}):\n${violations.join('\n')}`);
+    // Nothing wider than the screen: wide tables scroll inside their own frame.
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    assert.ok(overflow <= 0, `${view} (${label}) scrolls sideways by ${overflow} px`);
+    await page.screenshot({ path: join(shots, `console-${view}-${label}.png`) });
+  }
+  await page.setViewportSize(DESKTOP);
 }

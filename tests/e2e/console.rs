@@ -18,7 +18,15 @@ use crate::support::{
 pub(crate) const TOKEN: &str = "console-token-for-the-e2e-tests";
 const BEARER: &str = "Bearer console-token-for-the-e2e-tests";
 /// What each console route is, for the checks every one of them passes.
-const GETS: [&str; 6] = ["overview", "series", "plugins", "approvals", "activity", "log"];
+const GETS: [&str; 7] = [
+    "overview",
+    "series",
+    "plugins",
+    "approvals",
+    "activity",
+    "log",
+    "fleet",
+];
 /// How long a console answer may take to show where it is looked for; a deadline, not a target.
 const PATIENCE: Duration = Duration::from_secs(30);
 

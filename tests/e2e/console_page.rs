@@ -8,14 +8,18 @@
 //! a broken one under the same name shows the compiler's reason while the old
 //! version keeps serving; the charts count a burst; axe-core passes every view
 //! at desktop and phone width. Screenshots of every view land in
-//! `tests/browser/console-shots/` (for docs/).
+//! `tests/browser/console-shots/` (for docs/). The Fleet view is shown on a
+//! two-node fleet on PostgreSQL by `tests/browser/console-fleet.test.mjs`.
 
 use std::ffi::OsStr;
 use std::path::Path;
 
+use agora_test_postgres::Postgres;
+
 use crate::console::{TOKEN, assistant_node};
 use crate::hai::browser_script;
-use crate::support;
+use crate::host::versioned_build;
+use crate::support::{self, TestNode};
 
 /// Where the script photographs the views (gitignored there).
 const SHOTS_DIR: &str = "tests/browser/console-shots";
@@ -63,5 +67,47 @@ fn the_console_page_answers_every_transports_approval_uploads_plugins_and_passes
             let path = shot(&shots, view, width);
             assert!(path.exists(), "{} was not written", path.display());
         }
+    }
+}
+
+/// Two nodes on one database: A follows the fleet's plugin set (one build of
+/// the versioned fixture), B serves its own folder with another build. A's
+/// console lists both with their heartbeats, and B stands out.
+#[test]
+fn the_console_shows_every_node_of_the_fleet_and_the_one_that_differs() {
+    let database = Postgres::shared().create_database();
+    let fleet_node = |env: &[(&str, &str)]| {
+        let mut builder = TestNode::builder()
+            .env("AGORA_STORE__BACKEND", "postgres")
+            .env("AGORA_STORE__POSTGRES_URL", database.as_str())
+            .env("AGORA_CONSOLE__TOKEN", TOKEN);
+        for (key, value) in env {
+            builder = builder.env(key, *value);
+        }
+        builder.start()
+    };
+    let a = fleet_node(&[]);
+    let b = fleet_node(&[("AGORA_PLUGINS__FLEET", "false")]);
+    support::install_bytes(&a.plugins_dir, "versioned", &versioned_build(1));
+    support::install_bytes(&b.plugins_dir, "versioned", &versioned_build(2));
+    a.wait_for_log("published to the fleet");
+    let shots = support::repo_root().join(SHOTS_DIR);
+    for width in WIDTHS {
+        let _ = std::fs::remove_file(shot(&shots, "fleet", width));
+    }
+    browser_script(
+        &a,
+        &a.url("/"),
+        "console-fleet.test.mjs",
+        &[
+            ("CONSOLE_TOKEN", OsStr::new(TOKEN)),
+            ("FLEET_NODES", OsStr::new("2")),
+            ("DIFFERING_FILE", OsStr::new("versioned.wasm")),
+            ("SHOTS_DIR", shots.as_os_str()),
+        ],
+    );
+    for width in WIDTHS {
+        let path = shot(&shots, "fleet", width);
+        assert!(path.exists(), "{} was not written", path.display());
     }
 }

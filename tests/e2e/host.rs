@@ -12,7 +12,7 @@ use crate::support::{self, TestNode, document_hash, has_plugin, post_json};
 const MARKER: &[u8] = b"AGORA-VERSION-MARKER-00000000000";
 
 /// The protocol documents of the fixtures, as their manifests carry them.
-fn versioned_hash() -> String {
+pub(crate) fn versioned_hash() -> String {
     document_hash(
         "name: Versioned fixture\ndescription: reports its build marker\nmultiround: false\n---\nAnswers {\"version\": marker}.\n",
     )
@@ -31,7 +31,7 @@ fn converter_hash() -> String {
 }
 
 /// The versioned fixture with its marker rewritten to `version`.
-fn versioned_build(version: u32) -> Vec<u8> {
+pub(crate) fn versioned_build(version: u32) -> Vec<u8> {
     let mut bytes = std::fs::read(support::plugin_wasm("fixture-versioned")).unwrap();
     let at = bytes
         .windows(MARKER.len())
@@ -47,7 +47,7 @@ fn versioned_build(version: u32) -> Vec<u8> {
     bytes
 }
 
-fn ask_version(node: &TestNode, hash: &str) -> Result<String, String> {
+pub(crate) fn ask_version(node: &TestNode, hash: &str) -> Result<String, String> {
     let reply = post_json(
         &node.url("/agora"),
         &json!({"protocolHash": hash, "body": "which version?"}),

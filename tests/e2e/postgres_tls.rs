@@ -19,13 +19,13 @@ use crate::support::{self, TestNode};
 const EXIT_PATIENCE: Duration = Duration::from_secs(60);
 
 /// A cluster serving TLS, and the CA that signed its certificate.
-struct TlsCluster {
-    ca: TestCa,
-    postgres: Postgres,
+pub(crate) struct TlsCluster {
+    pub(crate) ca: TestCa,
+    pub(crate) postgres: Postgres,
 }
 
 impl TlsCluster {
-    fn start(client_certificates: bool) -> TlsCluster {
+    pub(crate) fn start(client_certificates: bool) -> TlsCluster {
         let ca = TestCa::new();
         let leaf = ca.leaf_of(LeafKind::ForName("127.0.0.1"));
         let ca_pem = std::fs::read_to_string(ca.ca_file()).expect("the CA's PEM");
@@ -45,7 +45,7 @@ impl TlsCluster {
 
     /// A fresh database's URL on `host` (connecting to 127.0.0.1 whatever the
     /// name: `hostaddr`) with `sslmode`.
-    fn url(&self, host: &str, sslmode: &str) -> String {
+    pub(crate) fn url(&self, host: &str, sslmode: &str) -> String {
         let database = self.postgres.create_database();
         let name = database.rsplit('/').next().expect("a database name");
         format!(
@@ -56,7 +56,7 @@ impl TlsCluster {
 }
 
 /// The environment of a fleet node on `url`, trusting `ca_file` for the database.
-fn database_env(url: &str, ca_file: Option<&Path>) -> Vec<(&'static str, String)> {
+pub(crate) fn database_env(url: &str, ca_file: Option<&Path>) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("AGORA_STORE__BACKEND", "postgres".to_string()),
         ("AGORA_STORE__POSTGRES_URL", url.to_string()),

@@ -7,6 +7,7 @@
 pub mod a2a;
 pub mod agora;
 pub mod envelope;
+pub mod plugin;
 pub mod uagents;
 
 /// Set up the shared outbound client before a command calls out.

@@ -37,6 +37,8 @@ pub struct PluginsConfig {
     pub queue_timeout_ms: u64,
     /// Quiet period after a file change before it is reloaded.
     pub reload_debounce_ms: u64,
+    /// On a shared store: serve the fleet's plugin set and publish this folder's changes to it.
+    pub fleet: bool,
     /// How deep tool calls may nest (a tool calling a tool…).
     pub max_tool_depth: u32,
     /// Key-value store bounds per plugin.

@@ -8,7 +8,8 @@
 //!   second its call counts moved;
 //! - `log` each second new warnings or errors were written;
 //! - `activity` every fifteen seconds, when it changed;
-//! - `series` each five seconds, when a new point is whole.
+//! - `series` each five seconds, when a new point is whole, and `fleet` (the
+//!   nodes' heartbeats come as often) when it changed.
 //!
 //! A stream is its response's own, no task beside it: it looks at the node
 //! only when the page has read what was due, and ends with the response. At
@@ -27,7 +28,7 @@ use futures::Stream;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::{ConsoleError, activity, approvals, log, overview, plugins};
+use super::{ConsoleError, activity, approvals, fleet, log, overview, plugins};
 use crate::metrics::recent::SLOT_MS;
 use crate::node::state::NodeState;
 
@@ -155,6 +156,10 @@ async fn look_again(
         // The overview's uptime moves every look; it is sent with each new point, not each second.
         sender.send("series", overview::series_of(node));
         sender.send("overview", overview::overview_of(node).await);
+        // Heartbeats come each five seconds too; a store that does not answer is the overview's to show.
+        if let Ok(fleet) = fleet::fleet_of(node).await {
+            sender.send("fleet", fleet);
+        }
         // It reads up to four times `activity::SCAN` records: every third point is often enough.
         // A store that does not answer now is shown by the overview; the next look tries again.
         if (first || slot.is_multiple_of(ACTIVITY_EVERY_SLOTS))

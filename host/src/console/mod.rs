@@ -13,12 +13,15 @@
 //! - `activity`: recent sessions, tasks and conversations of every protocol
 //!   with their histories, and today's model use ([`activity`]);
 //! - `log`: the last warnings and errors ([`log`]);
+//! - `fleet`: on a fleet's shared store, every node with its last heartbeat,
+//!   version, health and plugins, against the fleet's plugin set ([`fleet`]);
 //! - `events`: the page's one live stream of all of these ([`events`]).
 //!
 //! It reads and steers through the node's shared modules and never keeps a
 //! second copy of a policy: the approvals are [`crate::runtime::approval`]'s
 //! table, answered through each transport's own answer path; an upload is the
-//! runtime's own reload of a file in its folder; the token check is
+//! runtime's own reload of a file in its folder (on a fleet, published to
+//! every node as any change of the folder is); the token check is
 //! [`crate::transports::bearer_authorized`]; the browser policy is
 //! [`crate::policy::browser`]'s, as for every transport, and the page's
 //! content security policy [`crate::policy::page`]'s ([`access`]). Errors are
@@ -32,6 +35,7 @@ mod activity;
 mod approvals;
 mod error;
 mod events;
+mod fleet;
 mod log;
 mod overview;
 mod page;
@@ -83,6 +87,7 @@ pub fn router(node: NodeState) -> Router {
             post(approvals::answer).layer(DefaultBodyLimit::max(approvals::MAX_BODY_BYTES)),
         )
         .route(&format!("{base}/api/log"), get(log::list))
+        .route(&format!("{base}/api/fleet"), get(fleet::fleet))
         .route(&format!("{base}/api/activity"), get(activity::activity))
         .route(
             &format!("{base}/api/activity/{{kind}}/{{id}}"),

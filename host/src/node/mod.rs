@@ -7,6 +7,7 @@
 //! `http.shutdown_grace_ms`, then flushes the store.
 
 pub mod config_watch;
+pub mod fleet;
 mod observe;
 pub mod state;
 
@@ -24,6 +25,7 @@ use crate::background::Background;
 use crate::config::{Config, StoreBackend, parse_listen};
 use crate::listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
+use crate::runtime::fleet_plugins::FleetPlugins;
 use crate::runtime::{Runtime, watcher};
 use crate::store::Store;
 use crate::store::postgres::PostgresBackend;
@@ -92,12 +94,22 @@ impl Node {
         let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
         let background = Background::new();
+        let node_name = fleet::node_name(&config);
+        let fleet_plugins = FleetPlugins::new(&runtime, &store, node_name.clone());
+        if let Some(fleet_plugins) = &fleet_plugins {
+            // Before the folder is listed: a node joining a fleet loads the fleet's set.
+            fleet_plugins
+                .join()
+                .await
+                .map_err(|e| NodeError::Runtime(e.to_string()))?;
+            background.spawn("plugins.fleet", fleet_plugins.clone().follow());
+        }
         // Compiling can take a minute on a cold cache: the listeners answer
         // meanwhile, `/health` saying "starting" with each plugin's progress.
         background.spawn("plugins.load", runtime.load_all());
         // Plugins' declared schedules, following every load and removal.
         background.spawn("plugins.schedules", runtime.run_schedules(background.clone()));
-        let watcher = watcher::watch(runtime.clone())?;
+        let watcher = watcher::watch(runtime.clone(), fleet_plugins)?;
         let browser = crate::policy::browser::BrowserPolicy::new(&config);
         if let Some(warning) = browser.open_names_warning() {
             tracing::warn!("{warning}");
@@ -111,6 +123,9 @@ impl Node {
             background: background.clone(),
         };
         let every = Duration::from_secs(config.store.sweep_interval_secs.max(1));
+        if store.is_shared() {
+            background.spawn("fleet.heartbeat", fleet::heartbeat(state.clone(), node_name));
+        }
         background.spawn("store.sweep", sweep(store, every));
 
         let mut routers: BTreeMap<SocketAddr, Router> = BTreeMap::new();
@@ -236,7 +251,7 @@ impl Node {
 
 /// The store `store.backend` names: sled under `data_dir/state`, or the
 /// fleet's PostgreSQL database (schema migrated before the node serves).
-async fn open_store(config: &Config) -> Result<Store, NodeError> {
+pub async fn open_store(config: &Config) -> Result<Store, NodeError> {
     let store = match config.store.backend {
         StoreBackend::Sled => {
             let dir = config.data_dir.join("state");

@@ -446,7 +446,7 @@ fn install_key(name: &str) -> Vec<u8> {
     format!("{INSTALL_PREFIX}{name}").into_bytes()
 }
 
-fn has_plugin_extension(path: &Path) -> bool {
+pub(super) fn has_plugin_extension(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "wasm")
 }
 
@@ -454,7 +454,7 @@ fn has_plugin_extension(path: &Path) -> bool {
 /// most `limit` bytes. The open does not block (a FIFO would, until a writer
 /// came), and the type is checked on the opened file, so a swap between check
 /// and read cannot slip a device or FIFO through.
-fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
+pub(super) fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
     use std::os::unix::fs::OpenOptionsExt;
     let read_error = |source| LoadError::Read {
         path: path.into(),

@@ -38,6 +38,7 @@ mod engine;
 pub mod error;
 pub mod events;
 pub mod exchange;
+pub mod fleet_plugins;
 mod host_api;
 mod host_env;
 mod http;

@@ -1,5 +1,6 @@
 //! Hot reload: the plugins folder is watched (notify, debounced) and every
-//! changed `.wasm` is reloaded off the request path.
+//! changed `.wasm` is reloaded off the request path, then, on a fleet, told to
+//! the fleet's plugin set ([`super::fleet_plugins`]).
 //!
 //! Only the plugins folder itself is watched, never recursively: build output
 //! and caches landing in a watched tree made Spin's and wasmCloud's watchers
@@ -7,6 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use notify::event::ModifyKind;
@@ -15,6 +17,7 @@ use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 
 use super::Runtime;
+use super::fleet_plugins::FleetPlugins;
 
 /// Keeps the watch alive; dropping it stops hot reload.
 pub struct PluginWatcher {
@@ -29,7 +32,9 @@ impl Drop for PluginWatcher {
     }
 }
 
-pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
+/// Watch the plugins folder; each change is reloaded, then told to the fleet
+/// when the node serves a fleet's plugin set (`fleet`).
+pub fn watch(runtime: Runtime, fleet: Option<Arc<FleetPlugins>>) -> Result<PluginWatcher, notify::Error> {
     let dir = runtime.plugins_dir().to_path_buf();
     std::fs::create_dir_all(&dir).map_err(notify::Error::io)?;
     let debounce = Duration::from_millis(runtime.inner.host.config.reload_debounce_ms);
@@ -60,6 +65,9 @@ pub fn watch(runtime: Runtime) -> Result<PluginWatcher, notify::Error> {
         while let Some(paths) = changed.recv().await {
             for path in paths {
                 runtime.reload(&path).await;
+                if let Some(fleet) = &fleet {
+                    fleet.folder_changed(&path).await;
+                }
             }
         }
     });

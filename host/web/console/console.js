@@ -19,7 +19,7 @@
 // follow data go through the CSSOM.
 
 const TOKEN_KEY = 'agora-console-token';
-const VIEWS = ['overview', 'plugins', 'approvals', 'activity', 'log'];
+const VIEWS = ['overview', 'plugins', 'approvals', 'activity', 'log', 'fleet'];
 const RECONNECT_BASE_MS = 1000;
 const RECONNECT_MAX_MS = 30000;
 /** Three missed keepalives (every 15 s): the stream is dead even if the socket is not. */
@@ -49,6 +49,7 @@ const state = {
   approvals: new Map(), // approval_id -> {row, skewMs, card}
   activity: null,
   log: [],
+  fleet: null,
 };
 const charts = new Map(); // transport name -> {rates, latency} uPlot instances
 
@@ -203,6 +204,7 @@ const HANDLERS = {
   approvals: onApprovals,
   activity: onActivity,
   log: onLog,
+  fleet: onFleet,
 };
 
 function onEvent(name, data) {
@@ -362,13 +364,13 @@ function forgetData() {
     plots.latency.destroy();
   }
   charts.clear();
-  Object.assign(state, { overview: null, series: null, plugins: [], activity: null, log: [] });
+  Object.assign(state, { overview: null, series: null, plugins: [], activity: null, log: [], fleet: null });
   state.approvals.clear();
   for (const id of ['ov-version', 'ov-uptime', 'ov-store', 'ov-plugins', 'ov-approvals']) $(id).textContent = '–';
   for (const id of ['transports', 'plugins-body', 'approvals-list', 'usage-plugins', 'usage-callers',
-    'act-hai', 'act-a2a', 'act-mcp', 'act-agora', 'history-list', 'log-body']) $(id).replaceChildren();
+    'act-hai', 'act-a2a', 'act-mcp', 'act-agora', 'history-list', 'log-body', 'fleet-nodes', 'fleet-set']) $(id).replaceChildren();
   awaitedUpload = null;
-  for (const id of ['upload-result', 'usage-text', 'history-error', 'log-count', 'announcer']) $(id).textContent = '';
+  for (const id of ['upload-result', 'usage-text', 'history-error', 'log-count', 'announcer', 'fleet-summary']) $(id).textContent = '';
   $('history').hidden = true;
   setBadge(0);
 }
@@ -1075,6 +1077,63 @@ function showLog() {
     ? rows
     : [el('tr', {}, el('td', { className: 'empty-row', text: 'none', attrs: { colspan: 5 } }))]));
   $('log-count').textContent = `${shown.length} of ${state.log.length} entries`;
+}
+
+// --- Fleet ---
+
+function onFleet(fleet) {
+  state.fleet = fleet;
+  showFleet();
+}
+
+/** What sets a node apart from the fleet's plugin set, in words; empty when nothing does. */
+function differences(row) {
+  const parts = [];
+  if (row.other_version) parts.push(`version ${orDash(row.version)}`);
+  if (row.missing && row.missing.length) parts.push(`missing ${row.missing.join(', ')}`);
+  if (row.other_content && row.other_content.length) parts.push(`other content: ${row.other_content.join(', ')}`);
+  if (row.extra && row.extra.length) parts.push(`not in the set: ${row.extra.join(', ')}`);
+  for (const failing of row.failing || []) parts.push(`${failing.file} failed: ${failing.error}`);
+  return parts.join('; ');
+}
+
+function showFleet() {
+  const fleet = state.fleet;
+  if (!fleet) return;
+  if (!fleet.shared) {
+    $('fleet-summary').textContent = 'This node keeps its state on its own store: it is a fleet of one. '
+      + 'Nodes sharing one PostgreSQL database show here with their plugins.';
+    $('fleet-nodes').replaceChildren(el('tr', {}, el('td', { className: 'empty-row', text: 'none', attrs: { colspan: 6 } })));
+    $('fleet-set').replaceChildren(el('tr', {}, el('td', { className: 'empty-row', text: 'none', attrs: { colspan: 5 } })));
+    return;
+  }
+  const nodes = fleet.nodes || [];
+  const apart = nodes.filter((row) => !row.in_step || row.other_version).length;
+  $('fleet-summary').textContent = `${nodes.length} node${nodes.length === 1 ? '' : 's'} heard from in the last 15 s`
+    + (apart ? `; ${apart} differ${apart === 1 ? 's' : ''} from the fleet's plugin set or version.` : ', all in step.')
+    + (fleet.plugins_follow_fleet ? '' : ' This node serves its own folder (plugins.fleet = false).');
+  const rows = nodes.map((row) => {
+    const differs = differences(row);
+    return el('tr', { attrs: { 'data-in-step': String(!differs) } },
+      el('th', { attrs: { scope: 'row' } }, el('code', { text: row.node })),
+      el('td', { text: `${orDash(row.status)}${row.store === 'ok' ? '' : ' (store not answering)'}` }),
+      el('td', { text: orDash(row.version) }),
+      el('td', { className: 'num', text: clock(row.seen_at_ms) }),
+      el('td', { className: 'num', text: number(row.plugins) }),
+      el('td', { className: differs ? 'differs' : '', text: differs || 'in step' }));
+  });
+  $('fleet-nodes').replaceChildren(...(rows.length
+    ? rows
+    : [el('tr', {}, el('td', { className: 'empty-row', text: 'no heartbeat yet', attrs: { colspan: 6 } }))]));
+  const set = (fleet.set || []).map((plugin) => el('tr', {},
+    el('th', { attrs: { scope: 'row' } }, el('code', { text: plugin.file })),
+    el('td', {}, el('code', { text: String(plugin.sha256 || '').slice(0, 12), attrs: { title: plugin.sha256 || '' } })),
+    el('td', { className: 'num', text: bytes(plugin.size) }),
+    el('td', { text: orDash(plugin.published_by) }),
+    el('td', { className: 'num', text: dateTime(plugin.published_at_ms) })));
+  $('fleet-set').replaceChildren(...(set.length
+    ? set
+    : [el('tr', {}, el('td', { className: 'empty-row', text: 'empty', attrs: { colspan: 5 } }))]));
 }
 
 // --- Wiring ---
