@@ -20,12 +20,7 @@ fn node(database: &str) -> TestNode {
 
 /// [`node`] with more settings.
 fn node_with(database: &str, settings: &[(&str, &str)]) -> TestNode {
-    let mut builder = TestNode::builder()
-        .env("AGORA_STORE__BACKEND", "postgres")
-        .env("AGORA_STORE__POSTGRES_URL", database);
-    for (key, value) in settings {
-        builder = builder.env(key, *value);
-    }
+    let mut builder = TestNode::builder().on_database(database).envs(settings);
     for plugin in PLUGINS {
         builder = builder.plugin(plugin);
     }
@@ -190,8 +185,7 @@ fn an_approval_answer_crosses_the_fleet_bus_once_and_only_as_its_decision() {
     // A's lease outlasts the test: its task is not failed while B is asked.
     let a = node_with(&database, &[("AGORA_STORE__LEASE_MS", "600000")]);
     let b = TestNode::builder()
-        .env("AGORA_STORE__BACKEND", "postgres")
-        .env("AGORA_STORE__POSTGRES_URL", &database)
+        .on_database(&database)
         // B answers with the task as it stands after about 2.7 s (no runner will end it).
         .env("AGORA_HTTP__REQUEST_TIMEOUT_MS", "3000")
         .env("AGORA_HTTP__ADMISSION_WAIT_MS", "1000")

@@ -421,8 +421,7 @@ fn a_clients_stored_task_count_is_shared_by_the_nodes_of_a_fleet() {
     let database = agora_test_postgres::Postgres::shared().create_database();
     let start = || {
         builder()
-            .env("AGORA_STORE__BACKEND", "postgres")
-            .env("AGORA_STORE__POSTGRES_URL", &database)
+            .on_database(&database)
             .env("AGORA_A2A__MAX_STORED_TASKS_PER_CLIENT", MAX_TASKS.to_string())
             .start()
     };

@@ -77,14 +77,11 @@ fn the_console_page_answers_every_transports_approval_uploads_plugins_and_passes
 fn the_console_shows_every_node_of_the_fleet_and_the_one_that_differs() {
     let database = Postgres::shared().create_database();
     let fleet_node = |env: &[(&str, &str)]| {
-        let mut builder = TestNode::builder()
-            .env("AGORA_STORE__BACKEND", "postgres")
-            .env("AGORA_STORE__POSTGRES_URL", database.as_str())
-            .env("AGORA_CONSOLE__TOKEN", TOKEN);
-        for (key, value) in env {
-            builder = builder.env(key, *value);
-        }
-        builder.start()
+        TestNode::builder()
+            .on_database(&database)
+            .env("AGORA_CONSOLE__TOKEN", TOKEN)
+            .envs(env)
+            .start()
     };
     let a = fleet_node(&[]);
     let b = fleet_node(&[("AGORA_PLUGINS__FLEET", "false")]);

@@ -23,9 +23,7 @@ const ROUNDS: usize = 25;
 /// A fleet's node on `database`, serving `plugins`, signing with `key_file`
 /// when given (the fleet is one envelope identity: its nodes share the key).
 fn fleet_node(database: &str, plugins: &[&str], key_file: Option<&std::path::Path>) -> TestNode {
-    let mut builder = TestNode::builder()
-        .env("AGORA_STORE__BACKEND", "postgres")
-        .env("AGORA_STORE__POSTGRES_URL", database);
+    let mut builder = TestNode::builder().on_database(database);
     if let Some(key) = key_file {
         builder = builder.env("AGORA_IDENTITY__KEY_FILE", key.display().to_string());
     }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::envelopes::{self, Agent};
 use crate::fleet::{agora_body, agora_follow, guess_hash};
-use crate::postgres_tls::{TlsCluster, database_env};
+use crate::postgres_tls::TlsCluster;
 use crate::support::{self, TestNode};
 
 /// Requests the client sends before the kill, and after it.
@@ -28,10 +28,9 @@ fn node_on(url: &str, ca_file: &std::path::Path, key_file: Option<&std::path::Pa
         .plugin("guess-number")
         .plugin(envelopes::PLUGIN)
         .env("AGORA_AGORA__CONVERSATIONS_PER_CLIENT_PER_MINUTE", "100000")
-        .env("AGORA_ENVELOPES__RATE_LIMIT_PER_MINUTE", "100000");
-    for (key, value) in database_env(url, Some(ca_file)) {
-        builder = builder.env(key, value);
-    }
+        .env("AGORA_ENVELOPES__RATE_LIMIT_PER_MINUTE", "100000")
+        .on_database(url)
+        .env("AGORA_STORE__POSTGRES_CA_FILE", ca_file.display().to_string());
     if let Some(key) = key_file {
         builder = builder.env("AGORA_IDENTITY__KEY_FILE", key.display().to_string());
     }

@@ -20,13 +20,7 @@ use crate::support::{self, TestNode};
 const PATIENCE: Duration = Duration::from_secs(90);
 
 fn fleet_node(database: &str, env: &[(&str, &str)]) -> TestNode {
-    let mut builder = TestNode::builder()
-        .env("AGORA_STORE__BACKEND", "postgres")
-        .env("AGORA_STORE__POSTGRES_URL", database);
-    for (key, value) in env {
-        builder = builder.env(key, *value);
-    }
-    builder.start()
+    TestNode::builder().on_database(database).envs(env).start()
 }
 
 fn marker(version: u32) -> String {
@@ -130,8 +124,7 @@ fn a_node_that_starts_later_loads_the_fleets_set_and_sets_aside_what_it_lacks() 
     support::install_plugin(&c_plugins, "trivia");
     let c = TestNode::builder()
         .data_dir(c_dir.path())
-        .env("AGORA_STORE__BACKEND", "postgres")
-        .env("AGORA_STORE__POSTGRES_URL", database.as_str())
+        .on_database(&database)
         .env(
             "AGORA_PLUGINS__CACHE_DIR",
             support::repo_root()

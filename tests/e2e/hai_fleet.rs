@@ -23,15 +23,11 @@ fn fleet() -> (TestNode, TestNode) {
 fn fleet_with(settings: &[(&str, &str)]) -> (TestNode, TestNode) {
     let url = agora_test_postgres::Postgres::shared().create_database();
     let node = || {
-        let mut builder = TestNode::builder();
-        for (key, value) in settings {
-            builder = builder.env(key, *value);
-        }
-        builder
+        TestNode::builder()
+            .envs(settings)
             .plugin("hai-assistant")
             .plugin("inspection-tools")
-            .env("AGORA_STORE__BACKEND", "postgres")
-            .env("AGORA_STORE__POSTGRES_URL", url.clone())
+            .on_database(&url)
             // The race sends a message per round to one session; the window is not under test here.
             .env("AGORA_HAI__MESSAGES_PER_MINUTE", "1000")
             .start()

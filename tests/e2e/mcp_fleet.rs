@@ -40,16 +40,12 @@ fn fleet() -> (TestNode, TestNode) {
 fn fleet_with(settings: &[(&str, &str)]) -> (TestNode, TestNode) {
     let url = agora_test_postgres::Postgres::shared().create_database();
     let node = || {
-        let mut builder = TestNode::builder();
-        for (key, value) in settings {
-            builder = builder.env(key, *value);
-        }
-        builder
+        TestNode::builder()
+            .envs(settings)
             .plugin("hai-assistant")
             .plugin("inspection-tools")
             .plugin("unit-converter")
-            .env("AGORA_STORE__BACKEND", "postgres")
-            .env("AGORA_STORE__POSTGRES_URL", url.clone())
+            .on_database(&url)
             .start()
     };
     (node(), node())

@@ -56,7 +56,7 @@ impl TlsCluster {
 }
 
 /// The environment of a fleet node on `url`, trusting `ca_file` for the database.
-pub(crate) fn database_env(url: &str, ca_file: Option<&Path>) -> Vec<(&'static str, String)> {
+fn database_env(url: &str, ca_file: Option<&Path>) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("AGORA_STORE__BACKEND", "postgres".to_string()),
         ("AGORA_STORE__POSTGRES_URL", url.to_string()),

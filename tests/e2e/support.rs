@@ -116,6 +116,18 @@ impl NodeBuilder {
         self.env.push((key.to_string(), value.into()));
         self
     }
+    /// Every `(key, value)` of `settings` as [`Self::env`].
+    pub fn envs(mut self, settings: &[(&str, &str)]) -> Self {
+        for (key, value) in settings {
+            self = self.env(key, *value);
+        }
+        self
+    }
+    /// A node of a fleet: its store the PostgreSQL database at `url`.
+    pub fn on_database(self, url: &str) -> Self {
+        self.env("AGORA_STORE__BACKEND", "postgres")
+            .env("AGORA_STORE__POSTGRES_URL", url)
+    }
     pub fn arg(mut self, arg: &str) -> Self {
         self.args.push(arg.to_string());
         self
