@@ -112,11 +112,7 @@ async fn publish_and_wait(store: &Store, servers: &[Server], bytes: &[u8], versi
     set.publish("versioned.wasm", &sha256, bytes, "bench")
         .await
         .map_err(|e| anyhow!("publishing: {e}"))?;
-    store
-        .publish(
-            agora_node::runtime::fleet_plugins::TOPIC,
-            &json!({"file": "versioned.wasm", "sha256": sha256}),
-        )
+    agora_node::runtime::fleet_plugins::announce(store, "versioned.wasm", Some(&sha256))
         .await
         .map_err(|e| anyhow!("telling the fleet: {e}"))?;
     for server in servers {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::runtime::fleet_plugins::{TOPIC, is_plugin_file_name};
+use crate::runtime::fleet_plugins::{self, is_plugin_file_name};
 use crate::store::roll_call::{self, Heartbeat};
 use crate::store::{Store, StoreError};
 
@@ -138,8 +138,9 @@ fn store_error(error: StoreError) -> String {
 }
 
 async fn announce(store: &Store, file: &str, sha256: Option<&str>) -> Result<(), String> {
-    let message = serde_json::json!({ "file": file, "sha256": sha256 });
-    store.publish(TOPIC, &message).await.map_err(store_error)
+    fleet_plugins::announce(store, file, sha256)
+        .await
+        .map_err(store_error)
 }
 
 /// Follow the roll call until every node serves `sha256` at `file` (or no

@@ -90,10 +90,10 @@ impl FleetPlugins {
     /// folder if the database has none yet, else bring the folder in line
     /// with the set.
     pub async fn join(&self) -> Result<(), FleetPluginError> {
-        let local = self.read_folder();
-        let seed: Vec<(String, String, Vec<u8>)> = local
-            .iter()
-            .map(|(file, bytes)| (file.clone(), crate::crypto::sha256_hex(bytes), bytes.clone()))
+        let seed: Vec<(String, String, Vec<u8>)> = self
+            .read_folder()
+            .into_iter()
+            .map(|(file, bytes)| (file, crate::crypto::sha256_hex(&bytes), bytes))
             .collect();
         if self.set().seed(&seed, &self.node).await? {
             tracing::info!(
@@ -105,14 +105,20 @@ impl FleetPlugins {
             return Ok(());
         }
         let published = self.set().published().await?;
-        for (file, _) in &local {
+        for (file, _, _) in &seed {
             if !published.iter().any(|p| &p.file == file) {
                 self.set_aside(file);
             }
         }
         let mut agreed = self.agreed.lock().await;
         for plugin in &published {
-            if let Err(error) = self.mirror(plugin, &mut agreed).await {
+            // Read and hashed above already: a file in step is not read again.
+            let in_step = seed
+                .iter()
+                .any(|(file, sha, _)| *file == plugin.file && *sha == plugin.sha256);
+            if in_step {
+                agreed.insert(plugin.file.clone(), plugin.sha256.clone());
+            } else if let Err(error) = self.mirror(plugin, &mut agreed).await {
                 tracing::error!(file = %plugin.file, %error, "cannot take the fleet's version of a plugin at start-up; it is retried at the next resync");
             }
         }
@@ -247,8 +253,7 @@ impl FleetPlugins {
 
     /// Tell the other nodes; they also find the change at their next [`RESYNC`].
     async fn announce(&self, file: &str, sha256: Option<&str>) {
-        let message = serde_json::json!({ "file": file, "sha256": sha256 });
-        if let Err(error) = self.store.publish(TOPIC, &message).await {
+        if let Err(error) = announce(&self.store, file, sha256).await {
             tracing::warn!(%file, %error, "cannot tell the fleet of a plugin change now; the nodes find it within their resync");
         }
     }
@@ -328,6 +333,14 @@ impl FleetPlugins {
     fn path(&self, file: &str) -> PathBuf {
         self.runtime.plugins_dir().join(file)
     }
+}
+
+/// Tell every node, on the fleet bus, that `file` of the set changed to
+/// `sha256` (or left the set): what any publisher does after changing the set,
+/// a node, `agora-node plugin` or the bench alike.
+pub async fn announce(store: &Store, file: &str, sha256: Option<&str>) -> Result<(), StoreError> {
+    let message = serde_json::json!({ "file": file, "sha256": sha256 });
+    store.publish(TOPIC, &message).await
 }
 
 /// Whether `file` may name a file of the set: a plain `.wasm` name, no folder.
