@@ -279,6 +279,38 @@ fn a_task_whose_node_was_killed_is_failed_by_the_other_node() {
     );
 }
 
+/// A node stopped gracefully hands its work over: with a lease of two
+/// minutes, the other node fails the task it cut at its next sweep (a third
+/// of a lease), long before the lease would have run out.
+#[test]
+fn a_task_whose_node_stopped_gracefully_is_failed_before_its_lease_runs_out() {
+    const LONG_LEASE_MS: u64 = 120_000;
+    let long_lease = ("AGORA_STORE__LEASE_MS", "120000");
+    let database = Postgres::shared().create_database();
+    let (a, b) = (
+        node_with(&database, &[long_lease]),
+        node_with(&database, &[long_lease]),
+    );
+    let (task_id, _) = parked_report(&a);
+    assert!(a.stop().success(), "a graceful stop");
+
+    // Half the lease: a third (the sweep's tick) and room for a loaded machine.
+    let mut failed = Value::Null;
+    b.wait_until(
+        "the cut task failed by the other node",
+        Duration::from_millis(LONG_LEASE_MS / 2),
+        Duration::from_millis(200),
+        || {
+            failed = rpc(&b, "GetTask", json!({"id": task_id}))["result"].clone();
+            failed["status"]["state"] == "TASK_STATE_FAILED"
+        },
+    );
+    let text = failed["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("node running this task stopped"), "{failed}");
+}
+
 /// The `until_ms` of task `task_id`'s lease as the database holds it (0: none).
 fn lease_until(database: &str, task_id: &str) -> u64 {
     let sql = format!(

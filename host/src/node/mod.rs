@@ -4,7 +4,8 @@
 //! `listen`; each listener bounds connections, headers, bodies and time (see
 //! [`crate::listener`]). Shutdown (SIGINT, SIGTERM) stops accepting, lets
 //! in-flight requests finish and stops the background tasks, all within
-//! `http.shutdown_grace_ms`, then flushes the store.
+//! `http.shutdown_grace_ms`, hands the fleet leases of the work it cut over
+//! (`store::lease::hand_over`), then flushes the store.
 
 pub mod config_watch;
 pub mod fleet;
@@ -241,6 +242,16 @@ impl Node {
         } else {
             let running = background.running();
             tracing::warn!(running, "background tasks still running after the grace period");
+        }
+        match crate::store::lease::hand_over(&self.state.store).await {
+            Ok(0) => {}
+            Ok(handed) => tracing::info!(
+                handed,
+                "leases: the work cut here is left to the fleet's next sweep"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "leases: not handed over; other nodes take them when they run out")
+            }
         }
         if let Err(error) = self.state.store.commit().await {
             tracing::error!(%error, "flushing the store at shutdown failed");

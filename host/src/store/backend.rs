@@ -29,6 +29,20 @@ pub struct RawEntry {
     pub expires_at_ms: Option<u64>,
 }
 
+/// A key [`Backend::entries`] listed, with its entry when the listing carried it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedEntry {
+    pub key: Vec<u8>,
+    /// `None` when the listing did not carry the value (a backend whose reads
+    /// are local, or a value over [`LISTED_VALUE_MAX_BYTES`]): read it with `get`.
+    /// Its expiry may have passed: the caller reads that as absent.
+    pub entry: Option<RawEntry>,
+}
+
+/// The largest value [`Backend::entries`] carries with its key, so a listing
+/// of `limit` keys moves at most `limit` times this much.
+pub const LISTED_VALUE_MAX_BYTES: usize = 16 * 1024;
+
 /// One message between the nodes of a fleet (see [`Backend::publish`]).
 #[derive(Debug, Clone)]
 pub struct FleetMessage {
@@ -83,6 +97,16 @@ pub trait Transaction: Send + Sync {
 
     /// [`Backend::keys`] inside the open transaction.
     async fn keys(&mut self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>>;
+
+    /// [`Backend::entries`] inside the open transaction.
+    async fn entries(
+        &mut self,
+        collection: Collection,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<ListedEntry>> {
+        Ok(unlisted(self.keys(collection, prefix, limit).await?))
+    }
 
     /// Apply `writes` in order and commit, the claims made before with them:
     /// one commit, so one WAL flush. After it (committed or failed) the
@@ -199,6 +223,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Keys of `collection` starting with `prefix`, in byte order, at most `limit`.
     async fn keys(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<Vec<u8>>>;
 
+    /// [`Backend::keys`], each with its entry where this backend can carry it
+    /// in the same step: a reader about to read every listed key (a plugin
+    /// pruning its old entries) then pays one round trip, not one per key.
+    /// By default the keys alone: a backend whose reads are local gains nothing.
+    async fn entries(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<ListedEntry>> {
+        Ok(unlisted(self.keys(collection, prefix, limit).await?))
+    }
+
     /// Remove expired entries (and the histories of expired conversations and
     /// sessions); how many entries went.
     async fn sweep(&self) -> Result<usize>;
@@ -230,4 +262,11 @@ pub trait Backend: Send + Sync + 'static {
     fn plugin_set(&self) -> Option<&dyn super::plugin_set::PluginSet> {
         None
     }
+}
+
+/// Keys listed without their entries.
+fn unlisted(keys: Vec<Vec<u8>>) -> Vec<ListedEntry> {
+    keys.into_iter()
+        .map(|key| ListedEntry { key, entry: None })
+        .collect()
 }

@@ -20,6 +20,10 @@
 //! store uses for every expiry, so the nodes' clocks must agree to well within
 //! two thirds of a lease (the least a live lease has left).
 //!
+//! A node that stops gracefully hands its leases over ([`hand_over`]): their
+//! time is set to the past, so another node fails the work it cut at its
+//! next sweep, within a third of a lease instead of a whole one.
+//!
 //! A renewal that fails (the database away for a moment) changes nothing:
 //! the lease is only taken once its time has passed, so healthy work survives
 //! an outage shorter than the lease's remaining time, and a renewal that
@@ -225,6 +229,37 @@ impl Leases {
             work: expired.work,
         }))
     }
+}
+
+/// At a graceful stop, once this process's work is cut: mark every lease it
+/// still holds as lapsed, so the next sweep of any node (or of this node's
+/// next run) fails that work now rather than when the lease would have run
+/// out. How many were handed over; nothing on a store no other node shares.
+pub async fn hand_over(store: &Store) -> Result<usize> {
+    if !store.is_shared() {
+        return Ok(0);
+    }
+    let records = store
+        .records::<Record>(Collection::Leases, b"", MAX_PER_SWEEP)
+        .await?;
+    let mut handed = 0;
+    for (key, record) in records {
+        if record.holder != node_id() {
+            continue;
+        }
+        let lapsed = Record {
+            until_ms: 0,
+            ..record.clone()
+        };
+        // A record changed since it was read is no longer this process's.
+        if store
+            .update(Collection::Leases, key.as_bytes(), &record, &lapsed, None)
+            .await?
+        {
+            handed += 1;
+        }
+    }
+    Ok(handed)
 }
 
 /// One piece of work's lease, held by this process.

@@ -55,7 +55,7 @@ use tokio_postgres::Row;
 use tokio_postgres::config::SslMode as WireSslMode;
 use tokio_postgres::types::ToSql;
 
-use super::backend::{Backend, FleetMessage, RawEntry};
+use super::backend::{Backend, FleetMessage, LISTED_VALUE_MAX_BYTES, ListedEntry, RawEntry};
 use super::{Collection, HistoryPage, PageBuilder, Result, StoreError, now_ms};
 use crate::config::{SslMode, StoreConfig};
 
@@ -297,13 +297,15 @@ impl PostgresBackend {
 const GET: &str = "SELECT value, expires_at_ms FROM entries
      WHERE collection = $1 AND key = $2 AND (expires_at_ms IS NULL OR expires_at_ms > $3)";
 
-/// [`Backend::keys`]'s statement and its parameters.
+/// [`Backend::keys`]' and [`Backend::entries`]' statement and its parameters.
 struct KeysQuery {
     table: &'static str,
     prefix: Vec<u8>,
     /// The first key past the prefix, when there is one.
     end: Option<Vec<u8>>,
     limit: i64,
+    /// Each key's value (up to [`LISTED_VALUE_MAX_BYTES`]) and expiry too.
+    with_entries: bool,
 }
 
 impl KeysQuery {
@@ -313,15 +315,36 @@ impl KeysQuery {
             prefix: prefix.to_vec(),
             end: prefix_end(prefix),
             limit: cap(limit),
+            with_entries: false,
+        }
+    }
+
+    fn with_entries(collection: Collection, prefix: &[u8], limit: usize) -> KeysQuery {
+        KeysQuery {
+            with_entries: true,
+            ..KeysQuery::new(collection, prefix, limit)
         }
     }
 
     fn sql(&self) -> &'static str {
-        match self.end {
-            Some(_) => {
+        // The value's bound is `LISTED_VALUE_MAX_BYTES`, spelled out: a
+        // statement is a constant so that it is prepared once per connection.
+        const _: () = assert!(LISTED_VALUE_MAX_BYTES == 16384);
+        match (self.end.is_some(), self.with_entries) {
+            (true, false) => {
                 "SELECT key FROM entries WHERE collection = $1 AND key >= $2 AND key < $3 ORDER BY key LIMIT $4"
             }
-            None => "SELECT key FROM entries WHERE collection = $1 AND key >= $2 ORDER BY key LIMIT $3",
+            (false, false) => {
+                "SELECT key FROM entries WHERE collection = $1 AND key >= $2 ORDER BY key LIMIT $3"
+            }
+            (true, true) => {
+                "SELECT key, CASE WHEN octet_length(value) <= 16384 THEN value END, expires_at_ms FROM entries
+                 WHERE collection = $1 AND key >= $2 AND key < $3 ORDER BY key LIMIT $4"
+            }
+            (false, true) => {
+                "SELECT key, CASE WHEN octet_length(value) <= 16384 THEN value END, expires_at_ms FROM entries
+                 WHERE collection = $1 AND key >= $2 ORDER BY key LIMIT $3"
+            }
         }
     }
 
@@ -329,6 +352,18 @@ impl KeysQuery {
         match &self.end {
             Some(end) => vec![&self.table, &self.prefix, end, &self.limit],
             None => vec![&self.table, &self.prefix, &self.limit],
+        }
+    }
+
+    /// A row of the statement made by [`KeysQuery::with_entries`].
+    fn listed(row: &Row) -> ListedEntry {
+        let value: Option<Vec<u8>> = row.get(1);
+        ListedEntry {
+            key: row.get(0),
+            entry: value.map(|value| RawEntry {
+                value,
+                expires_at_ms: row.get::<_, Option<i64>>(2).map(|at| at.max(0) as u64),
+            }),
         }
     }
 }
@@ -570,6 +605,12 @@ impl Backend for PostgresBackend {
         let keys = KeysQuery::new(collection, prefix, limit);
         let rows = self.query(keys.sql(), &keys.params()).await?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    async fn entries(&self, collection: Collection, prefix: &[u8], limit: usize) -> Result<Vec<ListedEntry>> {
+        let keys = KeysQuery::with_entries(collection, prefix, limit);
+        let rows = self.query(keys.sql(), &keys.params()).await?;
+        Ok(rows.iter().map(KeysQuery::listed).collect())
     }
 
     async fn sweep(&self) -> Result<usize> {

@@ -15,6 +15,15 @@
 //! [`UnitOfWork::keys`] answer from the queued writes first, so a plugin that
 //! sets a key and reads it back in one call finds its value.
 //!
+//! **A listing carries its values.** On a shared store a short
+//! [`UnitOfWork::keys`] listing reads each key's value in the same statement
+//! ([`super::backend::Backend::entries`]) and keeps it, so a plugin that lists
+//! its entries and reads each (pruning old games) pays one round trip, not
+//! one per key. What is kept is what the store held at the listing, as a read
+//! made then would have seen; it is forgotten at every commit, and so before
+//! anything leaves the request ([`UnitOfWork::commit_pending`]): a request
+//! that waited on the outside world reads afresh.
+//!
 //! **What stays atomic.** A claim holds its row until the commit, so a copy
 //! of the message at another node waits and is then refused (see
 //! `postgres::transaction`); a history append refused by its quota fails
@@ -37,7 +46,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::backend::{Transaction, Write};
+use super::backend::{ListedEntry, Transaction, Write};
 use super::{Collection, Result, Store, encode};
 
 /// See the module docs. Cloned, it is the same unit (the transport's and the
@@ -62,9 +71,16 @@ struct Pending {
     writes: Vec<Write>,
     /// What the queued writes leave under a key: its value, or `None` once removed.
     overlay: HashMap<EntryKey, Option<Vec<u8>>>,
+    /// What the last listing read under each key: its value, or `None` when
+    /// it had expired. Behind `overlay`, which holds what the unit wrote since.
+    listed: HashMap<EntryKey, Option<Vec<u8>>>,
     /// A write (or claim) was made since the last commit.
     dirty: bool,
 }
+
+/// The longest [`UnitOfWork::keys`] listing that carries its values: a
+/// plugin's scan of its own entries, not a bulk export, which lists keys alone.
+const LISTING_WITH_VALUES_MAX: usize = 128;
 
 impl Pending {
     /// Queue a put or a remove; an earlier one of the same key is replaced
@@ -86,6 +102,7 @@ impl Pending {
     /// collection and key, then appends (in their order for each history).
     fn take_in_lock_order(&mut self) -> Vec<Write> {
         self.overlay.clear();
+        self.listed.clear();
         self.dirty = false;
         let mut writes = std::mem::take(&mut self.writes);
         writes.sort_by(|a, b| match (entry_key(a), entry_key(b)) {
@@ -242,16 +259,19 @@ impl UnitOfWork {
         Ok(claimed)
     }
 
-    /// [`Store::get`], seeing the unit's own writes.
+    /// [`Store::get`], seeing the unit's own writes (and what its last
+    /// listing read).
     pub async fn get<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {
-        let queued = self
-            .inner
-            .pending
-            .lock()
-            .overlay
-            .get(&(collection.table_name(), key.to_vec()))
-            .cloned();
-        match queued {
+        let known = {
+            let pending = self.inner.pending.lock();
+            let key = (collection.table_name(), key.to_vec());
+            pending
+                .overlay
+                .get(&key)
+                .or_else(|| pending.listed.get(&key))
+                .cloned()
+        };
+        match known {
             Some(Some(value)) => Ok(Some(serde_json::from_slice(&value)?)),
             Some(None) => Ok(None),
             None => match self.open_transaction().await {
@@ -277,9 +297,17 @@ impl UnitOfWork {
         };
         // Enough stored keys that the ones this unit removed leave `limit`.
         let wanted = limit.saturating_add(removed.len());
-        let stored = match self.open_transaction().await {
-            Some(mut transaction) => transaction.keys(collection, prefix, wanted).await?,
-            None => self.store().keys(collection, prefix, wanted).await?,
+        let stored = if self.queues() && wanted <= LISTING_WITH_VALUES_MAX {
+            let listed = match self.open_transaction().await {
+                Some(mut transaction) => transaction.entries(collection, prefix, wanted).await?,
+                None => self.store().backend.entries(collection, prefix, wanted).await?,
+            };
+            self.keep_listed(collection, listed)
+        } else {
+            match self.open_transaction().await {
+                Some(mut transaction) => transaction.keys(collection, prefix, wanted).await?,
+                None => self.store().keys(collection, prefix, wanted).await?,
+            }
         };
         let mut keys: Vec<Vec<u8>> = stored
             .into_iter()
@@ -290,6 +318,25 @@ impl UnitOfWork {
         keys.dedup();
         keys.truncate(limit);
         Ok(keys)
+    }
+
+    /// Keep the values a listing carried (see the module docs); its keys.
+    fn keep_listed(&self, collection: Collection, listed: Vec<ListedEntry>) -> Vec<Vec<u8>> {
+        let now = super::now_ms();
+        let mut pending = self.inner.pending.lock();
+        listed
+            .into_iter()
+            .map(|ListedEntry { key, entry }| {
+                if let Some(entry) = entry {
+                    let live = entry.expires_at_ms.is_none_or(|at| at > now);
+                    pending.listed.insert(
+                        (collection.table_name(), key.clone()),
+                        live.then_some(entry.value),
+                    );
+                }
+                key
+            })
+            .collect()
     }
 
     /// Commit everything the unit wrote: on a shared store, its queued writes
@@ -317,9 +364,16 @@ impl UnitOfWork {
     }
 
     /// [`UnitOfWork::commit`] when the unit holds anything not committed yet:
-    /// before something leaves the request that a reader could act on.
+    /// before something leaves the request that a reader could act on. What
+    /// a listing read is forgotten either way: the request may now wait, and
+    /// the store may change meanwhile.
     pub async fn commit_pending(&self) -> Result<()> {
-        if self.inner.pending.lock().dirty {
+        let dirty = {
+            let mut pending = self.inner.pending.lock();
+            pending.listed.clear();
+            pending.dirty
+        };
+        if dirty {
             self.commit().await?;
         }
         Ok(())

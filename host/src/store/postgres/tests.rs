@@ -298,3 +298,67 @@ async fn a_unit_whose_append_its_quota_refuses_writes_nothing() {
         store.put(Collection::Meta, b"after", &1, None).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_in_a_unit_carries_its_values_until_the_request_may_wait() {
+    let (_url, a, b) = two_nodes().await;
+    let (a, b) = (Store::new(Arc::new(a)), Store::new(Arc::new(b)));
+    let large = "x".repeat(crate::store::backend::LISTED_VALUE_MAX_BYTES + 1);
+    let past = crate::store::now_ms() - 1;
+    b.put(Collection::PluginKv, b"kv/a", &1, None).await.unwrap();
+    b.put(Collection::PluginKv, b"kv/b", &large, None).await.unwrap();
+    b.put(Collection::PluginKv, b"kv/c", &3, Some(past))
+        .await
+        .unwrap();
+
+    let unit = a.unit();
+    let listed = unit.keys(Collection::PluginKv, b"kv/", 64).await.unwrap();
+    assert!(
+        listed.starts_with(&[b"kv/a".to_vec(), b"kv/b".to_vec()]),
+        "{listed:?}"
+    );
+    // Another node changes both after the listing.
+    b.put(Collection::PluginKv, b"kv/a", &2, None).await.unwrap();
+    b.put(Collection::PluginKv, b"kv/b", &"changed", None)
+        .await
+        .unwrap();
+
+    // What the listing read, as a read made then would have: the small value
+    // as listed, the one too large to carry read now, the expired one absent.
+    assert_eq!(
+        unit.get::<u32>(Collection::PluginKv, b"kv/a").await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        unit.get::<String>(Collection::PluginKv, b"kv/b")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("changed")
+    );
+    assert_eq!(
+        unit.get::<u32>(Collection::PluginKv, b"kv/c").await.unwrap(),
+        None
+    );
+
+    // The unit's own write wins over the listing.
+    unit.put(Collection::PluginKv, b"kv/a", &7, None).await.unwrap();
+    assert_eq!(
+        unit.get::<u32>(Collection::PluginKv, b"kv/a").await.unwrap(),
+        Some(7)
+    );
+    unit.commit().await.unwrap();
+
+    // Before the request may wait, what was listed is forgotten: read afresh.
+    unit.keys(Collection::PluginKv, b"kv/", 64).await.unwrap();
+    b.put(Collection::PluginKv, b"kv/a", &8, None).await.unwrap();
+    assert_eq!(
+        unit.get::<u32>(Collection::PluginKv, b"kv/a").await.unwrap(),
+        Some(7)
+    );
+    unit.commit_pending().await.unwrap();
+    assert_eq!(
+        unit.get::<u32>(Collection::PluginKv, b"kv/a").await.unwrap(),
+        Some(8)
+    );
+}

@@ -37,7 +37,7 @@ use super::{
     APPEND_REFUSING, GET, HISTORY_COUNT, INSERT_NEW, KeysQuery, PUT, REMOVE, bounded, canonical, db_error,
     ms, now, pool_error, raw_entry, refusal,
 };
-use crate::store::backend::{RawEntry, Transaction, Write};
+use crate::store::backend::{ListedEntry, RawEntry, Transaction, Write};
 use crate::store::{Collection, Result, StoreError};
 
 /// SQLSTATE `not_null_violation`: how [`APPEND_REFUSING`] says the quota refused.
@@ -264,6 +264,17 @@ impl Transaction for PgTransaction {
         let keys = KeysQuery::new(collection, prefix, limit);
         let rows = self.read(keys.sql(), &keys.params()).await?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    async fn entries(
+        &mut self,
+        collection: Collection,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<ListedEntry>> {
+        let keys = KeysQuery::with_entries(collection, prefix, limit);
+        let rows = self.read(keys.sql(), &keys.params()).await?;
+        Ok(rows.iter().map(KeysQuery::listed).collect())
     }
 
     async fn commit(&mut self, writes: Vec<Write>) -> Result<()> {
