@@ -447,12 +447,131 @@ fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
     let mut expected = before.clone();
     expected.remove("convert_units");
     assert_eq!(after, expected, "{observed}");
+    // The unit converter's protocol document went with it.
+    assert!(
+        observed["notifications"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"method": "notifications/resources/list_changed"})),
+        "{observed}"
+    );
+    let uris = |pages: &Value| -> BTreeSet<String> {
+        pages
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["resources"].as_array().unwrap())
+            .map(|r| text(&r["uri"]).to_string())
+            .collect()
+    };
+    let (unit_conversion, _) = document_uri("unit-conversion.md");
+    assert!(
+        uris(&observed["resourcesBefore"]).contains(&unit_conversion),
+        "{observed}"
+    );
+    assert!(
+        !uris(&observed["resourcesAfter"]).contains(&unit_conversion),
+        "{observed}"
+    );
     let streams = exchanges(&observed, "GET", None);
     assert!(
         streams
             .iter()
             .any(|e| e["status"] == 200 && text(&e["contentType"]).starts_with("text/event-stream")),
         "the session's GET stream: {observed}"
+    );
+}
+
+/// The SHA1 of a bundled protocol document, as its resource URI names it.
+fn document_uri(file: &str) -> (String, String) {
+    let text = std::fs::read_to_string(support::repo_root().join("protocols").join(file))
+        .expect("reading a protocol document");
+    let uri = format!(
+        "agora://protocols/{}",
+        agora_node::crypto::protocol_hash(text.as_bytes())
+    );
+    (uri, text)
+}
+
+#[test]
+fn every_protocol_document_is_a_resource_read_byte_for_byte_across_pages() {
+    let node = builder()
+        .plugin("guess-number")
+        .env("AGORA_MCP__PAGE_SIZE", "1")
+        .start();
+    let (unknown_hash, malformed) = (
+        format!("agora://protocols/{}", "0".repeat(40)),
+        "file:///etc/passwd".to_string(),
+    );
+    let observed = sdk(&node, "resources", &[&unknown_hash, &malformed]);
+    assert_eq!(
+        observed["capabilities"]["resources"]["listChanged"], true,
+        "{observed}"
+    );
+
+    let pages = observed["pages"].as_array().expect("pages");
+    let expected: BTreeSet<(String, String)> = ["guess-number.md", "unit-conversion.md"]
+        .into_iter()
+        .map(document_uri)
+        .collect();
+    assert_eq!(
+        pages.len(),
+        expected.len(),
+        "page_size 1: a page per document: {observed}"
+    );
+    for (index, page) in pages.iter().enumerate() {
+        assert_eq!(page["resources"].as_array().unwrap().len(), 1, "{observed}");
+        assert_eq!(
+            page["nextCursor"].is_null(),
+            index + 1 == pages.len(),
+            "{observed}"
+        );
+    }
+    let listed: Vec<&Value> = pages
+        .iter()
+        .flat_map(|p| p["resources"].as_array().unwrap())
+        .collect();
+    let uris: BTreeSet<&str> = listed.iter().map(|r| text(&r["uri"])).collect();
+    assert_eq!(
+        uris,
+        expected.iter().map(|(uri, _)| uri.as_str()).collect(),
+        "{observed}"
+    );
+    for resource in &listed {
+        let (_, document) = expected
+            .iter()
+            .find(|(uri, _)| uri == text(&resource["uri"]))
+            .unwrap();
+        assert_eq!(resource["mimeType"], "text/markdown", "{resource}");
+        assert_eq!(resource["size"], document.len(), "{resource}");
+        assert!(!text(&resource["name"]).is_empty(), "{resource}");
+    }
+
+    let reads = observed["reads"].as_array().expect("reads");
+    for (uri, document) in &expected {
+        let read = reads
+            .iter()
+            .find(|r| r["uri"] == uri.as_str())
+            .expect("each listed one read");
+        assert_eq!(
+            read["contents"][0]["text"],
+            document.as_str(),
+            "the exact bytes of {uri}"
+        );
+        assert_eq!(read["contents"][0]["mimeType"], "text/markdown", "{read}");
+    }
+    for uri in [&unknown_hash, &malformed] {
+        let read = reads
+            .iter()
+            .find(|r| r["uri"] == uri.as_str())
+            .expect("the unknown ones read");
+        assert_eq!(read["error"], "MCPError", "{read}");
+        assert_eq!(read["code"], -32602, "{read}");
+        assert!(text(&read["message"]).contains("Unknown resource"), "{read}");
+    }
+    assert_eq!(
+        observed["templates"][0]["uriTemplate"], "agora://protocols/{sha1}",
+        "{observed}"
     );
 }
 

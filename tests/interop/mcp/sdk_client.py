@@ -10,8 +10,11 @@ Usage: sdk_client.py SCENARIO MCP_URL [ARGS]
                         accept (approve=true), reject (approve=false + feedback), decline,
                         cancel, wait (never answers), none (no callback: the SDK then
                         declares no elicitation capability). Default: none.
-  reload                list, print "ready" once the session's GET stream is open, wait for
-                        notifications/tools/list_changed, list again
+  reload                list tools and resources, print "ready" once the session's GET stream
+                        is open, wait for notifications/tools/list_changed and
+                        notifications/resources/list_changed, list both again
+  resources [URI ...]   resources/list page by page, resources/read of each listed resource
+                        and of each URI given, resources/templates/list
   parallel N            N clients at once, each connecting and calling convert_units
 
 Prints one JSON line of what the SDK observed (protocol version, server info,
@@ -167,6 +170,44 @@ async def list_pages(connected: Client):
             return pages
 
 
+async def resource_pages(connected: Client):
+    pages = []
+    cursor = None
+    while True:
+        page = await connected.list_resources(cursor=cursor, cache_mode="bypass")
+        pages.append({"resources": [dump(r) for r in page.resources], "nextCursor": page.next_cursor})
+        cursor = page.next_cursor
+        if cursor is None or len(pages) > 50:
+            return pages
+
+
+async def read(connected: Client, uri):
+    try:
+        result = await connected.read_resource(uri)
+    except Exception as exc:  # noqa: BLE001 - every SDK error is an observation here
+        return {"uri": uri, **error_of(exc)}
+    return {"uri": uri, "contents": [dump(c) for c in result.contents]}
+
+
+async def resources(url, extra_uris):
+    wire = Wire()
+    mcp, http = client(url, wire)
+    async with http:
+        async with mcp as connected:
+            observed = connection_of(connected)
+            pages = await resource_pages(connected)
+            listed = [r["uri"] for page in pages for r in page["resources"]]
+            reads = [await read(connected, uri) for uri in listed + extra_uris]
+            templates = await connected.list_resource_templates()
+        emit(
+            **observed,
+            pages=pages,
+            reads=reads,
+            templates=[dump(t) for t in templates.resource_templates],
+            exchanges=wire.exchanges,
+        )
+
+
 async def init(url):
     wire = Wire()
     mcp, http = client(url, wire)
@@ -214,6 +255,8 @@ async def call(url, calls, mode, feedback):
 async def reload(url):
     wire = Wire()
     notifications = []
+    wanted = {"notifications/tools/list_changed", "notifications/resources/list_changed"}
+    seen = set()
     changed = anyio.Event()
 
     async def on_message(message):
@@ -222,13 +265,16 @@ async def reload(url):
             return
         method = getattr(message, "method", None)
         notifications.append({"method": method})
-        if method == "notifications/tools/list_changed":
-            changed.set()
+        if method in wanted:
+            seen.add(method)
+            if seen == wanted:
+                changed.set()
 
     mcp, http = client(url, wire, message_handler=on_message)
     async with http:
         async with mcp as connected:
             before = await list_pages(connected)
+            resources_before = await resource_pages(connected)
             with anyio.move_on_after(TIMEOUT):
                 await wire.get_stream_open.wait()
             # The test changes the plugins folder only after this line.
@@ -236,9 +282,12 @@ async def reload(url):
             with anyio.move_on_after(TIMEOUT):
                 await changed.wait()
             after = await list_pages(connected)
+            resources_after = await resource_pages(connected)
         emit(
             before=before,
             after=after,
+            resourcesBefore=resources_before,
+            resourcesAfter=resources_after,
             notified=changed.is_set(),
             notifications=notifications,
             sessionId=wire.session_id(),
@@ -284,6 +333,8 @@ async def main(argv):
         await call(url, json.loads(positional[0]), options.get("elicit", "none"), options.get("feedback"))
     elif scenario == "reload":
         await reload(url)
+    elif scenario == "resources":
+        await resources(url, positional)
     elif scenario == "parallel":
         await parallel(url, int(positional[0]))
     else:

@@ -32,10 +32,11 @@
 //! "idle" by what the node holding the place saw, so it can end a session
 //! whose requests all went to other nodes since.
 //!
-//! The notification stream carries `tools/list_changed` only, with no event
-//! ids and no event log: a client reconnects to any node of the session and
-//! gets the changes from then on; one that happened while no stream was open
-//! is not replayed (a client re-lists tools after reconnecting to be sure).
+//! The notification stream carries `tools/list_changed` and
+//! `resources/list_changed` only, with no event ids and no event log: a client
+//! reconnects to any node of the session and gets the changes from then on; one
+//! that happened while no stream was open is not replayed (a client re-lists
+//! after reconnecting to be sure).
 
 use std::sync::Weak;
 use std::time::Duration;

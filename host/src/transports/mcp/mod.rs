@@ -5,9 +5,12 @@
 //! - this module: `POST/GET/DELETE {mcp.path}` (§"Transports" → "Streamable
 //!   HTTP": sending messages, listening for messages, session management),
 //!   `initialize` with version negotiation (§"Lifecycle"), `ping`
-//!   (§"Utilities"), and the `tools/list_changed` notification stream.
+//!   (§"Utilities"), and the stream of `tools/list_changed` and
+//!   `resources/list_changed` notifications.
 //! - [`tools`]: `tools/list` (§"Pagination"), `tools/call`, and the approval
 //!   asked by `elicitation/create` (§"Elicitation").
+//! - [`resources`]: the plugins' protocol documents as resources
+//!   (`resources/list`, `resources/read`, `resources/templates/list`).
 //! - [`wire`]: JSON-RPC messages and the parameters the node reads.
 //! - [`state`]: sessions and their bounds.
 //! - [`fleet`]: sessions and approval forms as fleet state, on a shared store.
@@ -28,6 +31,7 @@
 pub mod activity;
 pub mod error;
 mod fleet;
+mod resources;
 mod state;
 mod tools;
 pub mod wire;
@@ -158,6 +162,11 @@ async fn request(
     let answer = match method {
         "ping" => Ok(json!({})),
         "tools/list" => wire::cursor(&params).map(|cursor| tools::list_page(shared, cursor.as_deref())),
+        "resources/list" => {
+            wire::cursor(&params).map(|cursor| resources::list_page(shared, cursor.as_deref()))
+        }
+        "resources/templates/list" => Ok(resources::templates()),
+        "resources/read" => wire::resource_uri(&params).and_then(|uri| resources::read(shared, &uri)),
         "tools/call" => match wire::tool_call_params(&params) {
             Ok(call) if accepts(headers, "text/event-stream") => {
                 return call_on_stream(shared, session, id, call);
@@ -230,7 +239,7 @@ async fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Valu
     let config = &shared.node.config.mcp;
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": true}},
+        "capabilities": {"tools": {"listChanged": true}, "resources": {"listChanged": true}},
         "serverInfo": {"name": config.name, "version": env!("CARGO_PKG_VERSION")},
         "instructions": "The tools of this Agora node's plugins. Tools at or above the node's approval \
                          threshold run only after you approve them in a form the node sends.",
@@ -242,7 +251,8 @@ async fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Valu
     response
 }
 
-/// `GET`: the session's stream of server notifications (`tools/list_changed`).
+/// `GET`: the session's stream of server notifications (`tools/list_changed`,
+/// `resources/list_changed`).
 async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(error) = authorize(&shared, &headers) {
         return error.into_response();
@@ -265,7 +275,7 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let mut ended = session.ended();
     let work = tokio::spawn(async move {
         let _held = (listening, in_use);
-        let mut shown = tools::listing_fingerprint(&runtime.registry());
+        let mut shown = Listings::of(&runtime.registry());
         if *ended.borrow_and_update() {
             return;
         }
@@ -275,14 +285,14 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
                     if changed.is_err() {
                         return;
                     }
-                    let now = tools::listing_fingerprint(&runtime.registry());
-                    if now != shown {
-                        shown = now;
-                        let note = jsonrpc::notification("notifications/tools/list_changed", None);
+                    let now = Listings::of(&runtime.registry());
+                    for method in now.changed_since(&shown) {
+                        let note = jsonrpc::notification(method, None);
                         if sender.send(note).await.is_err() {
                             return;
                         }
                     }
+                    shown = now;
                 }
                 _ = ended.changed() => return,
                 () = sender.closed() => return,
@@ -290,6 +300,34 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
         }
     });
     stream_of(receiver, work)
+}
+
+/// What a session's client was last shown of each list a hot reload can change.
+#[derive(PartialEq)]
+struct Listings {
+    tools: String,
+    resources: String,
+}
+
+impl Listings {
+    fn of(registry: &crate::runtime::Registry) -> Listings {
+        Listings {
+            tools: tools::listing_fingerprint(registry),
+            resources: resources::listing_fingerprint(registry),
+        }
+    }
+
+    /// The notifications that tell a client what changed since `shown`.
+    fn changed_since(&self, shown: &Listings) -> Vec<&'static str> {
+        let mut methods = Vec::new();
+        if self.tools != shown.tools {
+            methods.push("notifications/tools/list_changed");
+        }
+        if self.resources != shown.resources {
+            methods.push("notifications/resources/list_changed");
+        }
+        methods
+    }
 }
 
 /// `DELETE`: the client ends its session.

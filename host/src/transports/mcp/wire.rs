@@ -81,6 +81,17 @@ pub fn cursor(params: &Value) -> Result<Option<String>, McpError> {
     }
 }
 
+/// `resources/read`'s `uri`: a string of at most 2 KiB (a document's URI is
+/// under a hundred bytes; the bound keeps an error message short).
+pub fn resource_uri(params: &Value) -> Result<String, McpError> {
+    match params.get("uri") {
+        Some(Value::String(uri)) if !uri.is_empty() && uri.len() <= 2048 => Ok(uri.clone()),
+        _ => Err(McpError::invalid_params(
+            "resources/read needs 'uri', a resource URI of at most 2048 bytes",
+        )),
+    }
+}
+
 /// What a human answered to an approval form.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ElicitAnswer {
