@@ -6,6 +6,7 @@ mod support;
 mod a2a;
 mod a2a_access;
 mod a2a_client;
+mod a2a_extended_card;
 mod a2a_fleet;
 mod a2a_limits;
 mod agora;

@@ -7,22 +7,46 @@
 //! no top-level `url`; one `supportedInterfaces` entry with `protocolBinding:
 //! "JSONRPC"` and `protocolVersion: "1.0"`; non-empty default modes; every
 //! skill with non-empty `tags`.
+//!
+//! With `a2a.auth_token` set the card comes in two audiences ([`Audience`]):
+//! the public card leaves out the skills of the tools that need a human's
+//! approval, and says `capabilities.extendedAgentCard: true`; the operator's
+//! card (`GetExtendedAgentCard`, behind the same token as every call) lists
+//! every skill. One builder makes both, and only the skills differ: the SDK's
+//! client replaces its card with the extended one and then reads its
+//! interfaces, capabilities and security schemes, so a difference there would
+//! silently change how it talks to the node (or drop its credentials).
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::models::a2a::{AgentCard, AgentInterface, AgentSkill};
 use crate::node::state::NodeState;
 use crate::peers::a2a::VERSION as PROTOCOL_VERSION;
-use crate::runtime::Risk;
 
 /// Media types the agent reads and writes: text, and JSON data parts (approvals).
 pub const MODES: [&str; 2] = ["text/plain", "application/json"];
 
-pub fn agent_card(node: &NodeState) -> AgentCard {
+/// Who a card is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// Anyone: `GET /.well-known/agent-card.json`.
+    Public,
+    /// A caller holding `a2a.auth_token`: `GetExtendedAgentCard`.
+    Operator,
+}
+
+/// Whether the node offers an extended card: only behind an operator token,
+/// since without one the "authenticated" card would be anyone's.
+pub fn offers_extended_card(config: &crate::config::Config) -> bool {
+    !config.a2a.auth_token.is_empty()
+}
+
+pub fn agent_card(node: &NodeState, audience: Audience) -> AgentCard {
     let config = &node.config;
-    let registry = node.runtime.registry();
-    let threshold = Risk::parse(&config.tools.approval_threshold).unwrap_or(Risk::High);
     let modes = || MODES.map(str::to_string).to_vec();
+    let extended = offers_extended_card(config);
+    // Without an extended card there is nowhere else to name the gated tools.
+    let gated_skills_listed = audience == Audience::Operator || !extended;
     let mut skills = Vec::new();
     if let Some(agent) = super::run::agent_plugin(node) {
         let manifest = &agent.manifest;
@@ -40,14 +64,57 @@ pub fn agent_card(node: &NodeState) -> AgentCard {
             output_modes: modes(),
         });
     }
+    skills.extend(tool_skills(node, gated_skills_listed));
+    let mut card = AgentCard {
+        name: config.a2a.name.clone(),
+        description: config.a2a.description.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        supported_interfaces: interfaces(node),
+        capabilities: capabilities(extended),
+        default_input_modes: modes(),
+        default_output_modes: modes(),
+        skills,
+        ..AgentCard::default()
+    };
+    if !config.a2a.auth_token.is_empty() {
+        card.security_schemes = Some(json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}));
+        card.security_requirements = Some(json!([{"schemes": {"bearer": {}}}]));
+    }
+    card
+}
+
+/// One entry per binding the node serves, the same for both audiences.
+fn interfaces(node: &NodeState) -> Vec<AgentInterface> {
+    vec![AgentInterface {
+        url: endpoint(node),
+        protocol_binding: "JSONRPC".into(),
+        protocol_version: PROTOCOL_VERSION.into(),
+    }]
+}
+
+/// The same for both audiences (the SDK's client swaps one card for the other).
+fn capabilities(extended_card: bool) -> Value {
+    json!({"streaming": true, "pushNotifications": false, "extendedAgentCard": extended_card})
+}
+
+/// One skill per plugin tool; a tool needing approval (the runtime's own
+/// rule, [`crate::runtime::Runtime::needs_approval`]) is tagged so, and left
+/// out unless `gated_listed`.
+fn tool_skills(node: &NodeState, gated_listed: bool) -> Vec<AgentSkill> {
+    let registry = node.runtime.registry();
+    let mut skills = Vec::new();
     for plugin in registry.plugins() {
         for tool in &plugin.manifest.tools {
+            let gated = node.runtime.needs_approval(tool.risk);
+            if gated && !gated_listed {
+                continue;
+            }
             let mut tags = vec![
                 "tool".to_string(),
                 format!("risk:{}", tool.risk.as_str()),
                 plugin.manifest.name.clone(),
             ];
-            if tool.risk >= threshold {
+            if gated {
                 tags.push("requires-approval".into());
             }
             skills.push(AgentSkill {
@@ -59,26 +126,7 @@ pub fn agent_card(node: &NodeState) -> AgentCard {
             });
         }
     }
-    let mut card = AgentCard {
-        name: config.a2a.name.clone(),
-        description: config.a2a.description.clone(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        supported_interfaces: vec![AgentInterface {
-            url: endpoint(node),
-            protocol_binding: "JSONRPC".into(),
-            protocol_version: PROTOCOL_VERSION.into(),
-        }],
-        capabilities: json!({"streaming": true, "pushNotifications": false}),
-        default_input_modes: modes(),
-        default_output_modes: modes(),
-        skills,
-        ..AgentCard::default()
-    };
-    if !config.a2a.auth_token.is_empty() {
-        card.security_schemes = Some(json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}));
-        card.security_requirements = Some(json!([{"schemes": {"bearer": {}}}]));
-    }
-    card
+    skills
 }
 
 /// The JSON-RPC URL: `a2a.public_url` + `a2a.path`, else the first of

@@ -29,6 +29,9 @@ pub enum A2aError {
     Unsupported(String),
     #[error("Push Notification is not supported")]
     PushNotSupported,
+    /// `GetExtendedAgentCard` on a node without `a2a.auth_token`, whose card offers none.
+    #[error("Authenticated Extended Card is not configured: this node sets no a2a.auth_token")]
+    ExtendedCardNotConfigured,
     #[error(
         "A2A version '{0}' is not supported by this node. Expected version '{version}'.",
         version = crate::peers::a2a::VERSION
@@ -55,6 +58,7 @@ impl A2aError {
             A2aError::TaskNotCancelable(_) => -32002,
             A2aError::PushNotSupported => -32003,
             A2aError::Unsupported(_) => -32004,
+            A2aError::ExtendedCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
             A2aError::Busy(_) | A2aError::StorageUnavailable | A2aError::Internal(_) => code::INTERNAL_ERROR,
         }
@@ -71,6 +75,7 @@ impl A2aError {
             A2aError::TaskNotCancelable(_) => "TASK_NOT_CANCELABLE",
             A2aError::PushNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
             A2aError::Unsupported(_) => "UNSUPPORTED_OPERATION",
+            A2aError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
             A2aError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
             A2aError::Busy(_) | A2aError::StorageUnavailable => "RESOURCE_EXHAUSTED",
         }

@@ -7,8 +7,9 @@
 //! - this module: `POST {a2a.path}` (§"JSON-RPC Protocol Binding"): the
 //!   JSON-RPC envelope, the `A2A-Version` header (§"Versioning"), and the
 //!   methods `SendMessage`, `SendStreamingMessage`, `GetTask`, `ListTasks`,
-//!   `CancelTask`, `SubscribeToTask` (§"Core Operations"); streams are SSE,
-//!   one JSON-RPC response per event.
+//!   `CancelTask`, `SubscribeToTask` (§"Core Operations") and, behind
+//!   `a2a.auth_token`, `GetExtendedAgentCard`; streams are SSE, one JSON-RPC
+//!   response per event.
 //! - [`wire`]: the 1.0 objects as ProtoJSON, and what an inbound message must be.
 //! - [`state`]: running tasks, stored tasks and contexts, the bounds.
 //! - [`run`]: one task's plugin call, its events, and the host's approvals.
@@ -107,7 +108,7 @@ fn body_limit(node: &NodeState) -> usize {
 }
 
 async fn agent_card(State(shared): State<Shared>) -> Response {
-    axum::Json(card::agent_card(&shared.node)).into_response()
+    axum::Json(card::agent_card(&shared.node, card::Audience::Public)).into_response()
 }
 
 /// One JSON-RPC request, read as the SDK's server reads it.
@@ -177,6 +178,7 @@ async fn rpc(
         "ListTasks" => call.list_tasks(params).await,
         "CancelTask" => call.cancel_task(params).await,
         "SubscribeToTask" => call.subscribe(params).await,
+        "GetExtendedAgentCard" => call.extended_card(),
         // The card claims no push notifications, so the SDK's client never asks; its server answers so.
         push if push.contains("PushNotificationConfig") => Err(A2aError::PushNotSupported),
         _ => Err(A2aError::Unsupported(format!("{method} is not supported"))),
@@ -319,6 +321,17 @@ impl Request {
             Progress::Here(snapshot, events) => self.stream(*snapshot, events),
             Progress::Elsewhere { task_id, since } => self.stream_from_store(task_id, since),
         }))
+    }
+
+    /// The operator's card, every skill: this caller already showed
+    /// `a2a.auth_token`, as every call here must when it is set.
+    fn extended_card(&self) -> Result<Answer, A2aError> {
+        let node = &self.shared.node;
+        if !card::offers_extended_card(&node.config) {
+            return Err(A2aError::ExtendedCardNotConfigured);
+        }
+        let card = card::agent_card(node, card::Audience::Operator);
+        Ok(Answer::Result(serde_json::to_value(card)?))
     }
 
     async fn get_task(self, params: Value) -> Result<Answer, A2aError> {
