@@ -101,7 +101,9 @@ pub fn history() -> Result<Vec<HistoryEntry>, HostError> {
 /// answer is the peer's JSON text. What `body` holds per transport is in the
 /// WIT (`outbound-request`): for [`Transport::Uagents`],
 /// `{"target": "agent1…", "schema": <the model's JSON schema>, "message": {…}}`
-/// sends a message the node signs as its own uAgents address.
+/// sends a message the node signs as its own uAgents address. For
+/// [`Transport::Uagents`] `url` may be `""`: the node then resolves `target`
+/// as it does for its own replies (`uagents.peers`, else the Almanac).
 pub fn outbound<T: Serialize + ?Sized>(
     transport: Transport,
     url: &str,

@@ -19,13 +19,13 @@ use crate::uagents::{
 const PEER_SEED: &str = "uagents-almanac-peer-seed-v1";
 
 /// The stand-in on `port`, ready.
-fn stand_in(port: u16) -> Script {
+pub(crate) fn stand_in(port: u16) -> Script {
     let script = Script::start(&["almanac_standin.py", &port.to_string()], &[]);
     script.wait_for("ready", Duration::from_secs(60));
     script
 }
 
-fn checks(api: &str) -> Value {
+pub(crate) fn checks(api: &str) -> Value {
     support::get_json(&format!("{api}/checks")).expect("the stand-in's checks")
 }
 

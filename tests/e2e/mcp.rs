@@ -180,20 +180,7 @@ fn every_example_tool_is_listed_across_pages_with_its_annotations() {
     let observed = sdk(&node, "list", &[]);
     let pages = observed["pages"].as_array().expect("pages");
     assert!(pages.len() >= 2, "page_size 2 pages the four tools: {observed}");
-    for (index, page) in pages.iter().enumerate() {
-        let count = page["tools"].as_array().expect("tools").len();
-        assert!(count <= 2, "page {index} holds {count}: {observed}");
-        let last = index + 1 == pages.len();
-        assert_eq!(
-            page["nextCursor"].is_null(),
-            last,
-            "a cursor on every page but the last: {observed}"
-        );
-    }
-    let tools: Vec<&Value> = pages
-        .iter()
-        .flat_map(|p| p["tools"].as_array().unwrap())
-        .collect();
+    let tools = entries_of_pages(&observed, "tools", 2);
     let names: Vec<&str> = tools.iter().map(|t| text(&t["name"])).collect();
     let mut sorted = names.clone();
     sorted.sort_unstable();
@@ -425,45 +412,23 @@ fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
         String::from_utf8_lossy(&output.stderr)
     );
     let observed: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last}"));
-    let names = |pages: &Value| -> BTreeSet<String> {
-        pages
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|p| p["tools"].as_array().unwrap())
-            .map(|t| text(&t["name"]).to_string())
-            .collect()
-    };
+    let names = |pages: &Value| listed(pages, "tools", "name");
     let (before, after) = (names(&observed["before"]), names(&observed["after"]));
     assert!(before.contains("convert_units"), "{observed}");
     assert_eq!(observed["notified"], true, "{observed}");
-    assert!(
+    let notified = |method: &str| {
         observed["notifications"]
             .as_array()
             .unwrap()
-            .contains(&json!({"method": "notifications/tools/list_changed"})),
-        "{observed}"
-    );
+            .contains(&json!({ "method": method }))
+    };
+    assert!(notified("notifications/tools/list_changed"), "{observed}");
     let mut expected = before.clone();
     expected.remove("convert_units");
     assert_eq!(after, expected, "{observed}");
     // The unit converter's protocol document went with it.
-    assert!(
-        observed["notifications"]
-            .as_array()
-            .unwrap()
-            .contains(&json!({"method": "notifications/resources/list_changed"})),
-        "{observed}"
-    );
-    let uris = |pages: &Value| -> BTreeSet<String> {
-        pages
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|p| p["resources"].as_array().unwrap())
-            .map(|r| text(&r["uri"]).to_string())
-            .collect()
-    };
+    assert!(notified("notifications/resources/list_changed"), "{observed}");
+    let uris = |pages: &Value| listed(pages, "resources", "uri");
     let (unit_conversion, _) = document_uri("unit-conversion.md");
     assert!(
         uris(&observed["resourcesBefore"]).contains(&unit_conversion),
@@ -480,6 +445,37 @@ fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
             .any(|e| e["status"] == 200 && text(&e["contentType"]).starts_with("text/event-stream")),
         "the session's GET stream: {observed}"
     );
+}
+
+/// The entries of list `list` over the pages a scenario observed, each page
+/// holding at most `page_size` and a cursor on every page but the last.
+fn entries_of_pages<'a>(observed: &'a Value, list: &str, page_size: usize) -> Vec<&'a Value> {
+    let pages = observed["pages"].as_array().expect("pages");
+    for (index, page) in pages.iter().enumerate() {
+        let count = page[list].as_array().expect("a list").len();
+        assert!(count <= page_size, "page {index} holds {count}: {observed}");
+        let last = index + 1 == pages.len();
+        assert_eq!(
+            page["nextCursor"].is_null(),
+            last,
+            "a cursor on every page but the last: {observed}"
+        );
+    }
+    pages
+        .iter()
+        .flat_map(|page| page[list].as_array().unwrap())
+        .collect()
+}
+
+/// The `field` of every entry of list `list` over the pages a scenario observed.
+fn listed(pages: &Value, list: &str, field: &str) -> BTreeSet<String> {
+    pages
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|page| page[list].as_array().unwrap())
+        .map(|entry| text(&entry[field]).to_string())
+        .collect()
 }
 
 /// The SHA1 of a bundled protocol document, as its resource URI names it.
@@ -519,18 +515,7 @@ fn every_protocol_document_is_a_resource_read_byte_for_byte_across_pages() {
         expected.len(),
         "page_size 1: a page per document: {observed}"
     );
-    for (index, page) in pages.iter().enumerate() {
-        assert_eq!(page["resources"].as_array().unwrap().len(), 1, "{observed}");
-        assert_eq!(
-            page["nextCursor"].is_null(),
-            index + 1 == pages.len(),
-            "{observed}"
-        );
-    }
-    let listed: Vec<&Value> = pages
-        .iter()
-        .flat_map(|p| p["resources"].as_array().unwrap())
-        .collect();
+    let listed = entries_of_pages(&observed, "resources", 1);
     let uris: BTreeSet<&str> = listed.iter().map(|r| text(&r["uri"])).collect();
     assert_eq!(
         uris,

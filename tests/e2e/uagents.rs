@@ -753,3 +753,128 @@ fn interop_node_cli_sends_to_a_real_uagent_and_verifies_its_replies() {
     assert_eq!(received.len(), 2, "{received:?}");
     assert!(received.iter().all(|r| r["sender"] == sender.address()));
 }
+
+// --- A plugin's uAgents message to a bare address (`host.outbound` with an empty url) ---
+
+/// A node serving `fixture-outbound-caller` as [`NODE_SEED`]'s agent, with extra environment.
+fn outbound_caller_node(env: &[(&str, String)]) -> TestNode {
+    let mut builder = TestNode::builder()
+        .plugin("fixture-outbound-caller")
+        .env("AGORA_UAGENTS__SEED", NODE_SEED);
+    for (key, value) in env {
+        builder = builder.env(key, value.clone());
+    }
+    let node = builder.start();
+    node.wait_for_health("the outbound caller", |h| {
+        support::has_plugin(h, "fixture-outbound-caller")
+    });
+    node
+}
+
+/// What the node's `fixture-outbound-caller` answers when it sends `body` over
+/// uAgents to `url` through `host.outbound`: `{"reply": …}` or `{"error": …}`.
+fn plugin_sends_uagents(node: &TestNode, url: &str, body: &Value) -> Value {
+    let hash = crate::scripting_tools::agora_route(node, "fixture-outbound-caller");
+    let reply = support::post_json(
+        &node.url("/agora"),
+        &json!({"protocolHash": hash, "body": {"transport": "uagents", "url": url, "body": body}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()["body"].clone()
+}
+
+/// A Message to `target`, answered in the HTTP body (`sync`).
+fn text_message(target: &str, text: &str) -> Value {
+    let schema: Value = serde_json::from_str(MESSAGE_SCHEMA).unwrap();
+    json!({"target": target, "schema": schema, "message": {"text": text}, "sync": true})
+}
+
+#[test]
+fn interop_a_plugin_s_message_to_a_bare_address_reaches_a_real_uagent_through_the_almanac() {
+    let almanac_port = support::free_port();
+    let api = format!("http://127.0.0.1:{almanac_port}");
+    let _almanac = crate::almanac::stand_in(almanac_port);
+    let peer_port = support::free_port();
+    let peer_address = identity(LISTENER_SEED).address().to_string();
+    let peer = Script::start(
+        &["almanac_agent.py", &api, LISTENER_SEED, &peer_port.to_string()],
+        &[],
+    );
+    // Printed once the library's own registration was accepted.
+    let ready = peer.wait_for("ready", Duration::from_secs(60));
+    assert_eq!(ready["address"], peer_address);
+    wait_for_port(peer_port, "the Almanac uAgent");
+    let node = outbound_caller_node(&[
+        ("AGORA_UAGENTS__ALMANAC_API", api.clone()),
+        // The registered endpoint is on loopback: allowed only as the operator lists it.
+        (
+            "AGORA_OUTBOUND__ALLOWED_HOSTS",
+            format!("[\"127.0.0.1:{peer_port}\"]"),
+        ),
+    ]);
+    let node_address = identity(NODE_SEED).address().to_string();
+
+    let answer = plugin_sends_uagents(&node, "", &text_message(&peer_address, "found by address"));
+    assert_eq!(answer["reply"]["sender"], peer_address, "{answer}");
+    assert_eq!(answer["reply"]["schema_digest"], MESSAGE_DIGEST);
+    assert_eq!(
+        answer["reply"]["message"],
+        json!({"text": "echo: found by address"})
+    );
+    let received = peer.wait_for("received", Duration::from_secs(20));
+    assert_eq!(received["sender"], node_address, "{received}");
+    assert_eq!(received["text"], "found by address");
+
+    // The node's resolver caches the record: a second message asks the Almanac no more.
+    let again = plugin_sends_uagents(&node, "", &text_message(&peer_address, "once more"));
+    assert_eq!(
+        again["reply"]["message"],
+        json!({"text": "echo: once more"}),
+        "{again}"
+    );
+    let lookups = crate::almanac::checks(&api)["lookups"][&peer_address].clone();
+    assert_eq!(lookups, 1, "{}", crate::almanac::checks(&api));
+}
+
+#[test]
+fn a_plugin_s_message_to_an_address_nobody_can_resolve_gets_a_clear_error() {
+    let stranger = identity(OTHER_SEED).address().to_string();
+    let almanac_port = support::free_port();
+    let api = format!("http://127.0.0.1:{almanac_port}");
+    let _almanac = crate::almanac::stand_in(almanac_port);
+    let node = outbound_caller_node(&[("AGORA_UAGENTS__ALMANAC_API", api.clone())]);
+
+    let answer = plugin_sends_uagents(&node, "", &text_message(&stranger, "anyone there?"));
+    let error = answer["error"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    assert!(
+        error.contains(&format!("{stranger} is not registered in the Almanac")),
+        "{error}"
+    );
+    assert_eq!(
+        crate::almanac::checks(&api)["lookups"][&stranger],
+        1,
+        "{}",
+        crate::almanac::checks(&api)
+    );
+
+    // A malformed message is refused as such, before anything is looked up.
+    let mut malformed = text_message(&stranger, "no model");
+    malformed.as_object_mut().unwrap().remove("schema");
+    let answer = plugin_sends_uagents(&node, "", &malformed);
+    let error = answer["error"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    assert!(
+        error.starts_with("invalid outbound request") && error.contains("`schema`"),
+        "{error}"
+    );
+    assert_eq!(crate::almanac::checks(&api)["lookups"][&stranger], 1);
+
+    // Without an Almanac, an address not in uagents.peers has nowhere to go.
+    drop(node);
+    let node = outbound_caller_node(&[]);
+    let answer = plugin_sends_uagents(&node, "", &text_message(&stranger, "anyone there?"));
+    let error = answer["error"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    assert!(
+        error.contains(&stranger) && error.contains("uagents.almanac_api is not set"),
+        "{error}"
+    );
+}

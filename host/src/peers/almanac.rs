@@ -17,9 +17,13 @@
 //!   [`MISS_TTL`], in at most [`CACHE_ENTRIES`] entries, so that senders the
 //!   node has never heard of cannot make it ask the API for each envelope.
 //!
+//! The node has one [`Resolver`] ([`node_resolver`], built at start-up): the
+//! uAgents transport's replies and plugins' `host.outbound` messages to a bare
+//! address share it and its cache.
+//!
 //! The API's URL is configuration, so it needs no `outbound.allowed_hosts`
 //! entry; the endpoints it returns are what other agents registered, so a
-//! reply goes to one only as [`check_reply_endpoint`] allows: any public
+//! reply or a plugin's message goes to one only as [`check_reply_endpoint`] allows: any public
 //! address (the Almanac exists to introduce peers the operator never listed),
 //! but an internal one only as the operator allowed it, since otherwise any
 //! agent could register `http://127.0.0.1:…` and make the node POST inside its
@@ -78,7 +82,7 @@ fn refused(url: String, response: &http_client::HttpResponse) -> AlmanacError {
     }
 }
 
-/// Check a reply may go to `url`, an endpoint the Almanac gave: one
+/// Check an envelope (a reply, or a plugin's message) may go to `url`, an endpoint the Almanac gave: one
 /// `outbound.allowed_hosts` lists; else, unless
 /// `uagents.almanac_replies_allowed_hosts_only`, any public address or one in
 /// `outbound.allowed_private` (a name's addresses are checked when connecting).
@@ -176,6 +180,13 @@ where
 struct Entry {
     endpoints: Vec<String>,
     until: Instant,
+}
+
+/// The node's resolver, when `uagents.almanac_api` is set: built once, so
+/// everything that resolves shares one cache (and one lookup per address).
+pub fn node_resolver(config: &Config) -> Option<Arc<Resolver>> {
+    let api = &config.uagents.almanac_api;
+    (!api.is_empty()).then(|| Arc::new(Resolver::new(api)))
 }
 
 /// Address → endpoints through the Almanac API, with a bounded cache.

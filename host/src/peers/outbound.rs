@@ -2,12 +2,16 @@
 //! and `host.outbound-a2a` for A2A agents: A2A is not a case of the WIT
 //! `transport` enum, since adding one would break every plugin built before it).
 //! The host checks the destination against `outbound.allowed_hosts` before
-//! anything leaves the node.
+//! anything leaves the node. A uAgents message may name no URL: its `target`
+//! is then resolved as the node's own replies are ([`uagents::endpoint_for`]:
+//! `uagents.peers`, else the Almanac under its endpoint policy), so a plugin
+//! can reach an agent by address alone.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
+use super::almanac::Resolver;
 use super::http_client::{self, ClientError};
 use super::{a2a, agora, envelopes, uagents};
 use crate::config::Config;
@@ -19,6 +23,8 @@ pub enum OutboundError {
     Client(#[from] ClientError),
     #[error(transparent)]
     A2a(#[from] a2a::A2aClientError),
+    #[error(transparent)]
+    NoEndpoint(#[from] uagents::EndpointError),
     #[error("invalid outbound request: {0}")]
     Invalid(String),
     #[error("the peer answered with a failure: {0}")]
@@ -27,12 +33,22 @@ pub enum OutboundError {
     Unsupported(&'static str),
 }
 
+/// `almanac` is the node's one resolver (with `uagents.almanac_api` set), for
+/// a uAgents message with an empty `url`.
 pub async fn call(
     config: &Config,
+    almanac: Option<&Resolver>,
     transport: TransportKind,
     url: &str,
     body: Value,
 ) -> Result<Value, OutboundError> {
+    if transport == TransportKind::Uagents && url.is_empty() {
+        let target = uagents::outbound_target(&body).map_err(OutboundError::Invalid)?;
+        let resolved = uagents::endpoint_for(target, config, almanac).await?;
+        return uagents::outbound(config, &resolved, &body)
+            .await
+            .map_err(OutboundError::Peer);
+    }
     http_client::check_allowed(url, &config.outbound.allowed_hosts)?;
     let timeout = Duration::from_millis(config.outbound.timeout_ms);
     let limit = config.outbound.max_response_bytes;

@@ -4,12 +4,18 @@
 //! Used by the node for asynchronous replies, by plugins (`host.outbound`
 //! with transport `uagents`: the node signs as its own address) and by
 //! `agora-node uagents send`.
+//!
+//! Where an envelope for an address goes is chosen in one place,
+//! [`endpoint_for`], for the node's replies and for a plugin's message that
+//! names no URL ([`outbound_target`]) alike: so both follow the operator's `uagents.peers` and the
+//! same Almanac policy, and share the node's one [`Resolver`] and its cache.
 
 use std::time::Duration;
 
 use rand::RngCore;
 use serde_json::{Value, json};
 
+use super::almanac::{self, AlmanacError, Resolver};
 use super::http_client::{self, ClientError};
 use crate::config::Config;
 use crate::crypto::identity::read_secret_file;
@@ -41,6 +47,54 @@ impl DeliveryError {
             DeliveryError::BadReply { .. } => false,
         }
     }
+}
+
+/// Why no endpoint was found for an address.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("no endpoint for {address}: it is not in uagents.peers, and uagents.almanac_api is not set")]
+    NoAlmanac { address: String },
+    #[error("Almanac lookup failed: {0}")]
+    Lookup(#[from] AlmanacError),
+    #[error("{address} is not registered in the Almanac")]
+    NotRegistered { address: String },
+    #[error("no Almanac endpoint is allowed: {refusals}")]
+    NoneAllowed { refusals: String },
+}
+
+/// The endpoint an envelope for `address` goes to: the operator's
+/// `uagents.peers` entry, else the first endpoint `almanac` (the node's one
+/// resolver, when `uagents.almanac_api` is set) has for it that
+/// [`almanac::check_reply_endpoint`] allows. The Almanac holds what other
+/// agents registered: without that check, anyone could make the node POST
+/// inside its own network.
+pub async fn endpoint_for(
+    address: &str,
+    config: &Config,
+    almanac: Option<&Resolver>,
+) -> Result<String, EndpointError> {
+    if let Some(configured) = config.uagents.peers.get(address) {
+        return Ok(configured.clone());
+    }
+    let almanac = almanac.ok_or_else(|| EndpointError::NoAlmanac {
+        address: address.to_string(),
+    })?;
+    let endpoints = almanac.resolve(address).await?;
+    if endpoints.is_empty() {
+        return Err(EndpointError::NotRegistered {
+            address: address.to_string(),
+        });
+    }
+    let mut refusals = Vec::new();
+    for url in endpoints {
+        match almanac::check_reply_endpoint(&url, config) {
+            Ok(_) => return Ok(url),
+            Err(error) => refusals.push(error.to_string()),
+        }
+    }
+    Err(EndpointError::NoneAllowed {
+        refusals: refusals.join("; "),
+    })
 }
 
 /// What a peer answered to a delivered envelope.
@@ -205,32 +259,69 @@ pub fn check_reply(request: &Envelope, reply: &Envelope) -> Result<Value, String
 /// `outbound.allowed_hosts`). Answers `{"status": "delivered", "sender", "session"}`,
 /// or with `sync` the peer's reply as [`check_reply`] summarises it.
 pub async fn outbound(config: &Config, url: &str, body: &Value) -> Result<Value, String> {
-    let target = body["target"]
-        .as_str()
-        .ok_or("`target` must be the peer's agent1… address")?;
-    crate::crypto::uagents::decode_address(target).map_err(|e| format!("`target`: {e}"))?;
-    let schema_digest = match (&body["schema"], &body["schema_digest"]) {
-        (schema @ Value::Object(_), Value::Null) => crate::crypto::uagents::schema_digest(schema),
-        (Value::Null, Value::String(digest)) if crate::crypto::uagents::is_model_digest(digest) => {
-            digest.clone()
-        }
-        _ => return Err("give the message model as `schema` (an object) or `schema_digest` (\"model:<64 hex>\"), one of them".into()),
-    };
-    let message = match &body["message"] {
-        message @ Value::Object(_) => message,
-        _ => return Err("`message` must be an object (the model's fields)".into()),
-    };
-    let sync = match &body["sync"] {
-        Value::Null => false,
-        Value::Bool(sync) => *sync,
-        _ => return Err("`sync` must be a boolean".into()),
-    };
+    let request = OutboundMessage::from_body(body)?;
+    send_outbound(config, url, &request).await
+}
+
+/// The `target` of a plugin's message `body`, the whole body checked as
+/// [`outbound`] checks it: for a message that names no URL, so a malformed one
+/// is refused before its target is resolved ([`endpoint_for`]).
+pub fn outbound_target(body: &Value) -> Result<&str, String> {
+    OutboundMessage::from_body(body).map(|request| request.target)
+}
+
+/// A plugin's uAgents message, its fields checked.
+struct OutboundMessage<'a> {
+    target: &'a str,
+    schema_digest: String,
+    message: &'a Value,
+    sync: bool,
+}
+
+impl<'a> OutboundMessage<'a> {
+    fn from_body(body: &'a Value) -> Result<OutboundMessage<'a>, String> {
+        let target = body["target"]
+            .as_str()
+            .ok_or("`target` must be the peer's agent1… address")?;
+        crate::crypto::uagents::decode_address(target).map_err(|e| format!("`target`: {e}"))?;
+        let schema_digest = match (&body["schema"], &body["schema_digest"]) {
+            (schema @ Value::Object(_), Value::Null) => crate::crypto::uagents::schema_digest(schema),
+            (Value::Null, Value::String(digest)) if crate::crypto::uagents::is_model_digest(digest) => {
+                digest.clone()
+            }
+            _ => return Err("give the message model as `schema` (an object) or `schema_digest` (\"model:<64 hex>\"), one of them".into()),
+        };
+        let message = match &body["message"] {
+            message @ Value::Object(_) => message,
+            _ => return Err("`message` must be an object (the model's fields)".into()),
+        };
+        let sync = match &body["sync"] {
+            Value::Null => false,
+            Value::Bool(sync) => *sync,
+            _ => return Err("`sync` must be a boolean".into()),
+        };
+        Ok(OutboundMessage {
+            target,
+            schema_digest,
+            message,
+            sync,
+        })
+    }
+}
+
+async fn send_outbound(config: &Config, url: &str, request: &OutboundMessage<'_>) -> Result<Value, String> {
     let identity = sending_identity(config)?;
     let timeout = Duration::from_millis(config.outbound.timeout_ms);
     let valid_for = timeout.as_secs().max(MIN_VALIDITY_SECS);
-    let envelope = message_envelope(&identity, target, schema_digest, message, valid_for);
+    let envelope = message_envelope(
+        &identity,
+        request.target,
+        request.schema_digest.clone(),
+        request.message,
+        valid_for,
+    );
     let limit = config.outbound.max_response_bytes;
-    match submit(url, &envelope, sync, timeout, limit)
+    match submit(url, &envelope, request.sync, timeout, limit)
         .await
         .map_err(|e| e.to_string())?
     {
@@ -293,6 +384,34 @@ mod tests {
                 .await
                 .expect_err("refused");
             assert!(error.contains(named), "{body}: {error}");
+        }
+    }
+
+    /// `uagents.peers` decides before the Almanac is asked (its API here is
+    /// unroutable, so a lookup would fail); without either there is no endpoint.
+    #[tokio::test]
+    async fn the_operator_s_peer_table_comes_before_the_almanac() {
+        let peer = AgentIdentity::from_seed(PEER_SEED).unwrap().address().to_string();
+        let mut config = Config::defaults();
+        let almanac = Resolver::new("http://0.0.0.0:1");
+        let error = endpoint_for(&peer, &config, None).await.unwrap_err();
+        assert!(matches!(error, EndpointError::NoAlmanac { .. }), "{error}");
+        assert!(
+            endpoint_for(&peer, &config, Some(&almanac))
+                .await
+                .unwrap_err()
+                .to_string()
+                .starts_with("Almanac lookup failed")
+        );
+        config
+            .uagents
+            .peers
+            .insert(peer.clone(), "http://127.0.0.1:9/submit".into());
+        for almanac in [None, Some(&almanac)] {
+            assert_eq!(
+                endpoint_for(&peer, &config, almanac).await.unwrap(),
+                "http://127.0.0.1:9/submit"
+            );
         }
     }
 

@@ -184,8 +184,15 @@ impl host::Host for PluginState {
         commit_before_it_leaves(self.exchange.unit.as_ref()).await?;
         let transport = TransportKind::from(request.transport);
         let config = self.host.node_config.clone();
-        self.parked_outbound(outbound::call(&config, transport, &request.url, body))
-            .await
+        let almanac = self.host.almanac.clone();
+        self.parked_outbound(outbound::call(
+            &config,
+            almanac.as_deref(),
+            transport,
+            &request.url,
+            body,
+        ))
+        .await
     }
 
     async fn outbound_a2a(&mut self, url: String, body: String) -> Result<String, String> {

@@ -1,6 +1,6 @@
 //! What the host functions of a running call reach: the plugin limits, the
-//! node's configuration and store, and the node-wide call slots and parking
-//! places.
+//! node's configuration and store, its one Almanac resolver, and the
+//! node-wide call slots and parking places.
 //!
 //! A call parked for a human's approval may wait minutes; its share of the
 //! places is [`super::approval`]'s to keep fair.
@@ -22,12 +22,17 @@ use super::llm::LlmBudget;
 use super::settings::Settings;
 use crate::config::{Config, PluginsConfig};
 use crate::metrics::Metrics;
+use crate::peers::almanac::{self, Resolver};
 use crate::store::Store;
 
 pub(crate) struct HostEnv {
     pub(crate) config: PluginsConfig,
     pub(crate) node_config: Arc<Config>,
     pub(crate) store: Store,
+    /// The node's one Almanac resolver (`uagents.almanac_api`), made here because
+    /// the runtime is built first: plugins' uAgents messages to a bare address and
+    /// the uAgents transport's replies share it and its cache.
+    pub(crate) almanac: Option<Arc<Resolver>>,
     /// Each plugin's `[plugins.NAME.*]` settings, swapped when the configuration file changes.
     pub(crate) settings: Settings,
     /// The model's limits and each plugin's use of them (`llm`).
@@ -53,6 +58,7 @@ impl HostEnv {
             settings: Settings::new(config.settings.clone()),
             llm: Arc::new(LlmBudget::new(node_config.llm.clone(), store.clone(), metrics)),
             config,
+            almanac: almanac::node_resolver(&node_config),
             node_config,
             store,
         }

@@ -231,6 +231,11 @@ impl Runtime {
         self.registry().by_name(plugin).cloned()
     }
 
+    /// The node's one Almanac resolver, when `uagents.almanac_api` is set.
+    pub fn almanac(&self) -> Option<Arc<crate::peers::almanac::Resolver>> {
+        self.inner.host.almanac.clone()
+    }
+
     /// The configuration the runtime started with.
     pub fn config_snapshot(&self) -> Config {
         (*self.inner.host.node_config).clone()

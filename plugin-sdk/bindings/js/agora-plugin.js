@@ -303,6 +303,8 @@ export function history() {
 
 /**
  * Call another agent over `transport` (only hosts the node allows); the answer is the peer's JSON text.
+ * For uAgents `url` may be "": the node then resolves the body's `target` as it does for its
+ * own replies (`uagents.peers`, else the Almanac).
  * @param {Transport} transport @param {string} url @param {unknown} body
  * @returns {string}
  */

@@ -313,7 +313,10 @@ def history() -> list[HistoryEntry]:
 
 
 def outbound(transport: types.Transport, url: str, body: Any) -> str:
-    """Call another agent over `transport` (only hosts the node allows); the answer is the peer's JSON text."""
+    """Call another agent over `transport` (only hosts the node allows); the answer is the peer's JSON text.
+
+    For uAgents `url` may be "": the node then resolves the body's `target` as it
+    does for its own replies (`uagents.peers`, else the Almanac)."""
     request = host.OutboundRequest(transport=transport, url=url, body=_encode(body))
     return _checked(lambda: host.outbound(request), _outbound_error)
 

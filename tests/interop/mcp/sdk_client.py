@@ -159,26 +159,24 @@ def connection_of(connected: Client):
     }
 
 
-async def list_pages(connected: Client):
+async def pages_of(list_page, field):
+    """Every page of one list verb, following nextCursor (at most 50 pages)."""
     pages = []
     cursor = None
     while True:
-        page = await connected.list_tools(cursor=cursor, cache_mode="bypass")
-        pages.append({"tools": [dump(t) for t in page.tools], "nextCursor": page.next_cursor})
+        page = await list_page(cursor=cursor, cache_mode="bypass")
+        pages.append({field: [dump(item) for item in getattr(page, field)], "nextCursor": page.next_cursor})
         cursor = page.next_cursor
         if cursor is None or len(pages) > 50:
             return pages
+
+
+async def list_pages(connected: Client):
+    return await pages_of(connected.list_tools, "tools")
 
 
 async def resource_pages(connected: Client):
-    pages = []
-    cursor = None
-    while True:
-        page = await connected.list_resources(cursor=cursor, cache_mode="bypass")
-        pages.append({"resources": [dump(r) for r in page.resources], "nextCursor": page.next_cursor})
-        cursor = page.next_cursor
-        if cursor is None or len(pages) > 50:
-            return pages
+    return await pages_of(connected.list_resources, "resources")
 
 
 async def read(connected: Client, uri):

@@ -35,7 +35,9 @@
 //!   resolved through `uagents.almanac_api` (and then to a public address, or an
 //!   internal one only as `outbound.allowed_hosts` or `outbound.allowed_private`
 //!   allow; `uagents.almanac_replies_allowed_hosts_only` keeps it to the allow-list),
-//!   with `uagents.delivery_retries` bounded retries. Its
+//!   with `uagents.delivery_retries` bounded retries. That choice is
+//!   [`crate::peers::uagents::endpoint_for`], with the node's one resolver: a
+//!   plugin's `host.outbound` message to a bare address goes the same way. A reply's
 //!   delivery slot (`uagents.max_pending_replies`) is taken before the replay
 //!   entry is recorded: when none is free the envelope is refused (503) and may
 //!   be sent again, rather than accepted and its reply dropped.
@@ -99,7 +101,8 @@ pub fn router(state: NodeState) -> Router {
     };
     let deliveries = Arc::new(Semaphore::new(state.config.uagents.max_pending_replies));
     let api = &state.config.uagents.almanac_api;
-    let almanac = (!api.is_empty()).then(|| Arc::new(almanac::Resolver::new(api)));
+    // The node's one resolver, shared with plugins' messages to bare addresses.
+    let almanac = state.runtime.almanac();
     if let (false, Some(identity)) = (api.is_empty(), &identity) {
         let node = state.clone();
         let registration = almanac::keep_registered(
@@ -247,15 +250,13 @@ async fn submit(
 }
 
 /// Deliver an asynchronous reply in the background, holding the delivery slot taken
-/// when the envelope was accepted: to the sender's endpoint in `uagents.peers`, else
-/// to the first one the Almanac gives that [`almanac::check_reply_endpoint`] allows
-/// (endpoints are what the sender registered: without that check, anyone could make
-/// the node POST inside its own network).
+/// when the envelope was accepted, to the endpoint [`client::endpoint_for`] finds
+/// for the sender (`uagents.peers`, else the Almanac under its endpoint policy).
 fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<OwnedSemaphorePermit>) {
     let config = state.node.config.clone();
-    let configured = config.uagents.peers.get(&envelope.target).cloned();
     let almanac = state.almanac.clone();
-    let Some(permit) = permit.filter(|_| configured.is_some() || almanac.is_some()) else {
+    let reachable = almanac.is_some() || config.uagents.peers.contains_key(&envelope.target);
+    let Some(permit) = permit.filter(|_| reachable) else {
         tracing::warn!(transport = "uagents", target = %envelope.target, "no endpoint for this sender in uagents.peers; reply dropped");
         return;
     };
@@ -263,16 +264,12 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<Owned
     let timeout = Duration::from_millis(config.outbound.timeout_ms);
     state.node.background.spawn("uagents.delivery", async move {
         let _permit = permit;
-        let url = match (configured, almanac) {
-            (Some(url), _) => url,
-            (None, Some(almanac)) => match resolved_endpoint(&almanac, &envelope.target, &config).await {
-                Ok(url) => url,
-                Err(reason) => {
-                    tracing::warn!(transport = "uagents", target = %envelope.target, %reason, "reply dropped");
-                    return;
-                }
-            },
-            (None, None) => return,
+        let url = match client::endpoint_for(&envelope.target, &config, almanac.as_deref()).await {
+            Ok(url) => url,
+            Err(reason) => {
+                tracing::warn!(transport = "uagents", target = %envelope.target, %reason, "reply dropped");
+                return;
+            }
         };
         match client::deliver_with_retries(&url, &envelope, retries, timeout).await {
             Ok(()) => {
@@ -283,29 +280,6 @@ fn spawn_delivery(state: &UagentsState, envelope: Envelope, permit: Option<Owned
             }
         }
     });
-}
-
-/// The first endpoint the Almanac has for `address` that [`almanac::check_reply_endpoint`] allows.
-pub async fn resolved_endpoint(
-    almanac: &almanac::Resolver,
-    address: &str,
-    config: &Config,
-) -> Result<String, String> {
-    let endpoints = almanac
-        .resolve(address)
-        .await
-        .map_err(|e| format!("Almanac lookup failed: {e}"))?;
-    if endpoints.is_empty() {
-        return Err("not registered in the Almanac".into());
-    }
-    let mut refusals = Vec::new();
-    for url in endpoints {
-        match almanac::check_reply_endpoint(&url, config) {
-            Ok(_) => return Ok(url),
-            Err(error) => refusals.push(error.to_string()),
-        }
-    }
-    Err(format!("no Almanac endpoint is allowed: {}", refusals.join("; ")))
 }
 
 /// uagents' readiness probe: `x-uagents-status` for the address asked about.

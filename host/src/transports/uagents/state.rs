@@ -29,7 +29,9 @@ pub(super) struct UagentsState {
     pub(super) node: NodeState,
     pub(super) identity: Option<Arc<AgentIdentity>>,
     pub(super) deliveries: Arc<Semaphore>,
-    /// Endpoints of senders not in `uagents.peers`, when `uagents.almanac_api` is set.
+    /// Endpoints of senders not in `uagents.peers`, when `uagents.almanac_api` is set:
+    /// the node's one resolver ([`crate::runtime::Runtime::almanac`]), whose cache
+    /// plugins' messages to bare addresses share.
     pub(super) almanac: Option<Arc<Resolver>>,
     pub(super) sender_keys: Arc<SenderKeys>,
 }

@@ -34,7 +34,10 @@ declare module 'agora:node/host@0.1.0' {
    */
   export function history(): string;
   /**
-   * Call another agent. Only hosts allowed in config are reachable.
+   * Call another agent. Only hosts allowed in config are reachable; a
+   * `uagents` message with an empty `url` goes where the node resolves its
+   * `target` (an error says why when it cannot: no `uagents.almanac_api`,
+   * the lookup failed, the address is not registered, or no endpoint is allowed).
    */
   export function outbound(request: OutboundRequest): string;
   /**
@@ -89,6 +92,9 @@ declare module 'agora:node/host@0.1.0' {
     transport: Transport,
     /**
      * The peer's URL; its host must be allowed in the node's config.
+     * For `uagents` it may be empty: the node then finds the endpoint of
+     * `target` itself, as for its own replies (`uagents.peers`, else the
+     * Almanac at `uagents.almanac_api`, to an endpoint its policy allows).
      */
     url: string,
     /**

@@ -81,7 +81,10 @@ def history() -> str:
     raise NotImplementedError
 def outbound(request: OutboundRequest) -> str:
     """
-    Call another agent. Only hosts allowed in config are reachable.
+    Call another agent. Only hosts allowed in config are reachable; a
+    `uagents` message with an empty `url` goes where the node resolves its
+    `target` (an error says why when it cannot: no `uagents.almanac_api`,
+    the lookup failed, the address is not registered, or no endpoint is allowed).
     
     Raises: `componentize_py_types.Err(wit_world.imports.str)`
     """
