@@ -235,6 +235,8 @@ impl Leases {
 /// still holds as lapsed, so the next sweep of any node (or of this node's
 /// next run) fails that work now rather than when the lease would have run
 /// out. How many were handed over; nothing on a store no other node shares.
+/// Like a sweep it reads at most [`MAX_PER_SWEEP`] leases; one it does not
+/// reach is taken when it runs out, as a killed node's would be.
 pub async fn hand_over(store: &Store) -> Result<usize> {
     if !store.is_shared() {
         return Ok(0);
