@@ -165,7 +165,10 @@ fn the_sdk_resolves_the_card_and_talks_to_its_interface() {
     }
     assert_eq!(
         card["supportedInterfaces"],
-        json!([{"url": node.url(A2A_PATH), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+        json!([
+            {"url": node.url(A2A_PATH), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": node.url("/a2a/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        ]),
         "{card}"
     );
     assert_eq!(card["capabilities"]["streaming"], true, "{card}");

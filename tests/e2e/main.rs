@@ -9,6 +9,7 @@ mod a2a_client;
 mod a2a_extended_card;
 mod a2a_fleet;
 mod a2a_limits;
+mod a2a_rest;
 mod agora;
 mod agora_limits;
 mod almanac;

@@ -13,6 +13,8 @@ pub struct A2aConfig {
     pub listen: String,
     /// The JSON-RPC endpoint.
     pub path: String,
+    /// The HTTP+JSON binding's base path; empty: that binding is not served.
+    pub rest_path: String,
     /// Base URL clients reach the node at; empty: the first public host, else the listen address.
     pub public_url: String,
     /// Browser origins allowed to call besides the node's own.
@@ -43,6 +45,33 @@ pub struct A2aConfig {
 }
 
 impl A2aConfig {
+    /// Whether the HTTP+JSON binding is served.
+    pub fn serves_rest(&self) -> bool {
+        !self.rest_path.is_empty()
+    }
+
+    /// An absolute path (as `a2a.path`), not the JSON-RPC endpoint's: the two
+    /// bindings cannot share a route.
+    fn validate_rest_path(&self) -> Result<(), ConfigError> {
+        if !self.serves_rest() {
+            return Ok(());
+        }
+        let rest = self.rest_path.trim_end_matches('/');
+        if !self.rest_path.starts_with('/') || self.rest_path.contains(char::is_whitespace) {
+            return Err(invalid(
+                "a2a.rest_path",
+                format!("{:?} must be an absolute URL path, or empty", self.rest_path),
+            ));
+        }
+        if rest.is_empty() || rest == self.path.trim_end_matches('/') {
+            return Err(invalid(
+                "a2a.rest_path",
+                "must not be \"/\" nor a2a.path: the HTTP+JSON binding needs a path of its own",
+            ));
+        }
+        Ok(())
+    }
+
     /// Where this transport is served.
     pub fn endpoint(&self) -> Endpoint<'_> {
         endpoint_of!("a2a", self)
@@ -50,6 +79,7 @@ impl A2aConfig {
 
     pub(super) fn validate(&self, _node: &Config) -> Result<(), ConfigError> {
         self.endpoint().validate()?;
+        self.validate_rest_path()?;
         check_origins("a2a.allowed_origins", &self.allowed_origins)?;
         all_positive(&[
             ("a2a.max_body_bytes", self.max_body_bytes as u64),
@@ -86,5 +116,31 @@ impl A2aConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::with;
+
+    #[test]
+    fn the_rest_path_is_absolute_its_own_or_empty() {
+        for (path, why) in [
+            ("rest", "absolute"),
+            ("/a b", "absolute"),
+            ("/", "a path of its own"),
+            ("/a2a/", "a path of its own"),
+        ] {
+            let refused = with(&format!("[a2a]\nrest_path = {path:?}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains("a2a.rest_path") && refused.contains(why),
+                "{path}: {refused}"
+            );
+        }
+        assert!(with("").unwrap().a2a.serves_rest());
+        assert!(!with("[a2a]\nrest_path = \"\"").unwrap().a2a.serves_rest());
+        with("[a2a]\nrest_path = \"/agent/http\"").unwrap();
     }
 }

@@ -64,7 +64,7 @@ pub fn router(node: NodeState) -> Router {
         allowed_origins: Vec::new(),
         origins_key: "console",
         // Its POSTs are JSON, so a form another page submits is refused before the token is read.
-        json_rpc: true,
+        json_posts: crate::policy::browser::JsonPosts::All,
         refuse: |refusal| ConsoleError::from(refusal).into_response(),
     };
     let upload_limit = larger_bodies(&node.config).first().map_or(0, |larger| {

@@ -41,7 +41,7 @@ pub enum BrowserRefusal {
     UnknownHost(String),
     #[error("Forbidden: requests from the browser origin {origin:?} are not allowed; list it in {key}")]
     Origin { origin: String, key: &'static str },
-    #[error("Unsupported Media Type: a JSON-RPC request must be sent as Content-Type: application/json")]
+    #[error("Unsupported Media Type: a request body must be sent as Content-Type: application/json")]
     NotJson,
 }
 
@@ -73,14 +73,52 @@ pub struct BrowserPolicy {
     names: Names,
 }
 
+/// Which POSTs of an endpoint must say `Content-Type: application/json`: a
+/// page can send a cross-site form (or a `fetch` without preflight) only as
+/// `text/plain`, a form or multipart, so requiring JSON keeps other pages'
+/// bodies out even before the `Origin` check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonPosts {
+    /// None (the endpoint reads no JSON bodies, or checks its own).
+    Unchecked,
+    /// Every POST (JSON-RPC: a body is the request).
+    All,
+    /// Every POST that carries a body (HTTP+JSON, whose `:cancel` and
+    /// `:subscribe` POSTs come with none and no `Content-Type`): with no body
+    /// there is nothing another page could smuggle in.
+    WithBody,
+}
+
+impl JsonPosts {
+    fn must_be_json(self, method: &Method, headers: &HeaderMap) -> bool {
+        let applies = match self {
+            JsonPosts::Unchecked => false,
+            JsonPosts::All => true,
+            JsonPosts::WithBody => carries_body(headers) || headers.contains_key(header::CONTENT_TYPE),
+        };
+        applies && method == Method::POST && !super::is_json_content_type(headers)
+    }
+}
+
+/// Whether a request says it has a body: a non-zero `Content-Length`, or any
+/// `Transfer-Encoding` (a chunked body's length is not known ahead).
+fn carries_body(headers: &HeaderMap) -> bool {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return true;
+    }
+    headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|length| length.to_str().ok().and_then(|l| l.trim().parse::<u64>().ok()) != Some(0))
+}
+
 /// One endpoint's use of the policy.
 #[derive(Clone)]
 pub struct Endpoint {
     /// Origins listed for this endpoint besides the node's own, and the key listing them.
     pub allowed_origins: Vec<String>,
     pub origins_key: &'static str,
-    /// Its POSTs are JSON-RPC (they must be `application/json`).
-    pub json_rpc: bool,
+    /// Which of its POSTs must be `application/json`.
+    pub json_posts: JsonPosts,
     /// How the transport answers a refusal, in its own protocol's shape.
     pub refuse: fn(BrowserRefusal) -> Response,
 }
@@ -150,7 +188,7 @@ impl BrowserPolicy {
                 });
             }
         }
-        if endpoint.json_rpc && method == Method::POST && !super::is_json_content_type(headers) {
+        if endpoint.json_posts.must_be_json(method, headers) {
             return Err(BrowserRefusal::NotJson);
         }
         Ok(())
@@ -257,7 +295,7 @@ mod tests {
         Endpoint {
             allowed_origins: listed.iter().map(|s| s.to_string()).collect(),
             origins_key: "test.allowed_origins",
-            json_rpc: true,
+            json_posts: JsonPosts::All,
             refuse: |refusal| axum::response::IntoResponse::into_response(refusal.status()),
         }
     }
@@ -333,6 +371,38 @@ mod tests {
             ("content-type", "application/json; charset=utf-8"),
         ]);
         assert!(policy.check(&endpoint(&[]), &Method::POST, &json).is_ok());
+        let bodiless = headers(&[("host", "127.0.0.1:8080"), ("content-length", "0")]);
+        assert_eq!(
+            policy.check(&endpoint(&[]), &Method::POST, &bodiless),
+            Err(BrowserRefusal::NotJson)
+        );
+    }
+
+    #[test]
+    fn rest_posts_without_a_body_need_no_content_type() {
+        let policy = loopback();
+        let rest = Endpoint {
+            json_posts: JsonPosts::WithBody,
+            ..endpoint(&[])
+        };
+        let host = ("host", "127.0.0.1:8080");
+        for bodiless in [vec![host], vec![host, ("content-length", "0")]] {
+            assert!(policy.check(&rest, &Method::POST, &headers(&bodiless)).is_ok());
+        }
+        for refused in [
+            vec![host, ("content-length", "2")],
+            vec![host, ("transfer-encoding", "chunked")],
+            vec![host, ("content-type", "text/plain")],
+            vec![host, ("content-length", "0"), ("content-type", "text/plain")],
+        ] {
+            assert_eq!(
+                policy.check(&rest, &Method::POST, &headers(&refused)),
+                Err(BrowserRefusal::NotJson),
+                "{refused:?}"
+            );
+        }
+        let foreign = headers(&[host, ("origin", "http://evil.example")]);
+        assert!(policy.check(&rest, &Method::POST, &foreign).is_err());
     }
 
     #[test]

@@ -4,9 +4,12 @@
 //! card at once.
 //!
 //! The shape is what `a2a-sdk` 1.3.0's card resolver and client factory read:
-//! no top-level `url`; one `supportedInterfaces` entry with `protocolBinding:
-//! "JSONRPC"` and `protocolVersion: "1.0"`; non-empty default modes; every
-//! skill with non-empty `tags`.
+//! no top-level `url`; a `supportedInterfaces` entry with `protocolBinding:
+//! "JSONRPC"` and `protocolVersion: "1.0"`, then (unless `a2a.rest_path` is
+//! empty) one with `"HTTP+JSON"`: the SDK's client takes the first the card
+//! lists among those it accepts, and accepts only JSON-RPC unless told, so
+//! existing clients keep JSON-RPC; non-empty default modes; every skill with
+//! non-empty `tags`.
 //!
 //! With `a2a.auth_token` set the card comes in two audiences ([`Audience`]):
 //! the public card leaves out the skills of the tools that need a human's
@@ -85,11 +88,17 @@ pub fn agent_card(node: &NodeState, audience: Audience) -> AgentCard {
 
 /// One entry per binding the node serves, the same for both audiences.
 fn interfaces(node: &NodeState) -> Vec<AgentInterface> {
-    vec![AgentInterface {
-        url: endpoint(node),
-        protocol_binding: "JSONRPC".into(),
+    let config = &node.config;
+    let interface = |path: &str, binding: &str| AgentInterface {
+        url: endpoint_of(config, path),
+        protocol_binding: binding.into(),
         protocol_version: PROTOCOL_VERSION.into(),
-    }]
+    };
+    let mut interfaces = vec![interface(&config.a2a.path, "JSONRPC")];
+    if config.a2a.serves_rest() {
+        interfaces.push(interface(&config.a2a.rest_path, "HTTP+JSON"));
+    }
+    interfaces
 }
 
 /// The same for both audiences (the SDK's client swaps one card for the other).
@@ -129,15 +138,12 @@ fn tool_skills(node: &NodeState, gated_listed: bool) -> Vec<AgentSkill> {
     skills
 }
 
-/// The JSON-RPC URL: `a2a.public_url` + `a2a.path`, else the first of
-/// `http.public_hosts`, else the listen address (an unspecified address read as
-/// loopback). Never the request's `Host`: a rebinding page would name itself.
-fn endpoint(node: &NodeState) -> String {
-    endpoint_of(&node.config)
-}
-
-fn endpoint_of(config: &crate::config::Config) -> String {
-    let path = config.a2a.path.trim_end_matches('/');
+/// A binding's URL, `path` being its key's (`a2a.path`, `a2a.rest_path`):
+/// `a2a.public_url` + `path`, else the first of `http.public_hosts`, else the
+/// listen address (an unspecified address read as loopback). Never the
+/// request's `Host`: a rebinding page would name itself.
+fn endpoint_of(config: &crate::config::Config, path: &str) -> String {
+    let path = path.trim_end_matches('/');
     if !config.a2a.public_url.is_empty() {
         return format!("{}{path}", config.a2a.public_url.trim_end_matches('/'));
     }
@@ -166,14 +172,30 @@ mod tests {
     fn the_cards_url_comes_from_the_settings_not_the_request() {
         let mut config = crate::config::Config::defaults();
         config.listen = "0.0.0.0:8080".into();
-        assert_eq!(endpoint_of(&config), "http://127.0.0.1:8080/a2a");
+        assert_eq!(
+            endpoint_of(&config, &config.a2a.path),
+            "http://127.0.0.1:8080/a2a"
+        );
         config.http.public_hosts = vec!["agent.example.org".into()];
-        assert_eq!(endpoint_of(&config), "http://agent.example.org:8080/a2a");
+        assert_eq!(
+            endpoint_of(&config, &config.a2a.path),
+            "http://agent.example.org:8080/a2a"
+        );
         config.http.public_hosts = vec!["agent.example.org:443".into()];
-        assert_eq!(endpoint_of(&config), "http://agent.example.org:443/a2a");
+        assert_eq!(
+            endpoint_of(&config, &config.a2a.path),
+            "http://agent.example.org:443/a2a"
+        );
         config.http.public_hosts = vec!["[::1]".into()];
-        assert_eq!(endpoint_of(&config), "http://[::1]:8080/a2a");
+        assert_eq!(endpoint_of(&config, &config.a2a.path), "http://[::1]:8080/a2a");
         config.a2a.public_url = "https://a2a.example.org/".into();
-        assert_eq!(endpoint_of(&config), "https://a2a.example.org/a2a");
+        assert_eq!(
+            endpoint_of(&config, &config.a2a.path),
+            "https://a2a.example.org/a2a"
+        );
+        assert_eq!(
+            endpoint_of(&config, &config.a2a.rest_path),
+            "https://a2a.example.org/a2a/rest"
+        );
     }
 }

@@ -4,12 +4,14 @@
 //! approvals, so an A2A client gets what a human in the HAI chat gets.
 //!
 //! - [`card`]: `GET /.well-known/agent-card.json` (§"Agent Discovery").
-//! - this module: `POST {a2a.path}` (§"JSON-RPC Protocol Binding"): the
-//!   JSON-RPC envelope, the `A2A-Version` header (§"Versioning"), and the
-//!   methods `SendMessage`, `SendStreamingMessage`, `GetTask`, `ListTasks`,
-//!   `CancelTask`, `SubscribeToTask` (§"Core Operations") and, behind
-//!   `a2a.auth_token`, `GetExtendedAgentCard`; streams are SSE, one JSON-RPC
-//!   response per event.
+//! - this module: the methods `SendMessage`, `SendStreamingMessage`,
+//!   `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (§"Core
+//!   Operations") and, behind `a2a.auth_token`, `GetExtendedAgentCard`, each
+//!   served once ([`dispatch`]) for both bindings behind one gate (the token,
+//!   the `A2A-Version` header, §"Versioning"); and the JSON-RPC binding,
+//!   `POST {a2a.path}` (§"JSON-RPC Protocol Binding"): the envelope, streams
+//!   as SSE with one JSON-RPC response per event.
+//! - [`rest`]: the HTTP+JSON binding under `a2a.rest_path`, the same methods.
 //! - [`wire`]: the 1.0 objects as ProtoJSON, and what an inbound message must be.
 //! - [`state`]: running tasks, stored tasks and contexts, the bounds.
 //! - [`run`]: one task's plugin call, its events, and the host's approvals.
@@ -34,6 +36,7 @@ pub mod activity;
 mod card;
 pub mod error;
 mod fleet;
+mod rest;
 mod run;
 mod state;
 pub mod wire;
@@ -45,7 +48,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -81,7 +84,7 @@ pub fn router(node: NodeState) -> Router {
     let browser = crate::policy::browser::Endpoint {
         allowed_origins: node.config.a2a.allowed_origins.clone(),
         origins_key: "a2a.allowed_origins",
-        json_rpc: true,
+        json_posts: crate::policy::browser::JsonPosts::All,
         refuse: error::browser_refused,
     };
     let policy = node.browser.clone();
@@ -94,12 +97,24 @@ pub fn router(node: NodeState) -> Router {
         .runtime
         .approvals()
         .answer_with("a2a", std::sync::Arc::new(ConsoleAnswers(shared.clone())));
-    let router = Router::new()
+    let json_rpc = Router::new()
         .route(CARD_PATH, get(agent_card))
         .route(&path, post(rpc).layer(DefaultBodyLimit::max(limit)))
-        .with_state(shared)
-        .layer(axum::Extension(answering));
-    crate::policy::browser::guard(router, policy, browser)
+        .with_state(shared.clone());
+    let mut router = crate::policy::browser::guard(json_rpc, policy.clone(), browser.clone());
+    let rest_path = shared.node.config.a2a.rest_path.trim_end_matches('/').to_string();
+    if shared.node.config.a2a.serves_rest() {
+        let rest = rest::routes(&rest_path)
+            .layer(DefaultBodyLimit::max(limit))
+            .with_state(shared);
+        let rest_browser = crate::policy::browser::Endpoint {
+            json_posts: crate::policy::browser::JsonPosts::WithBody,
+            refuse: error::browser_refused_rest,
+            ..browser
+        };
+        router = router.merge(crate::policy::browser::guard(rest, policy, rest_browser));
+    }
+    router.layer(axum::Extension(answering))
 }
 
 /// The A2A body limit: `a2a.max_body_bytes`, within the listener's own `http.max_body_bytes`.
@@ -118,30 +133,13 @@ async fn rpc(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if !super::bearer_authorized(&shared.node.config.a2a.auth_token, &headers) {
-        let error = A2aError::invalid_request(
-            "Unauthorized: this node requires Authorization: Bearer <a2a.auth_token>",
-        );
-        let mut response =
-            (StatusCode::UNAUTHORIZED, axum::Json(error.response(&Value::Null))).into_response();
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            axum::http::HeaderValue::from_static("Bearer"),
-        );
-        return response;
+    if let Err(error) = authorize(&shared, &headers) {
+        return reply_error(&Value::Null, error);
     }
     let raw = match raw {
         Ok(raw) => raw,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let error = A2aError::invalid_request(format!(
-                "Payload too large: the limit is {} bytes",
-                body_limit(&shared.node)
-            ));
-            return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                axum::Json(error.response(&Value::Null)),
-            )
-                .into_response();
+            return reply_error(&Value::Null, A2aError::PayloadTooLarge(body_limit(&shared.node)));
         }
         Err(rejection) => {
             return reply_error(
@@ -150,8 +148,8 @@ async fn rpc(
             );
         }
     };
-    if let Some(refusal) = refuse_deeper_than_stored(&raw) {
-        return refusal;
+    if let Some(error) = deeper_than_stored(&raw, REQUEST_LEVELS_ABOVE_MESSAGE) {
+        return reply_error(&envelope_id(&raw), error);
     }
     let (id, method, params) = match jsonrpc::parse(&raw, DIALECT) {
         Ok(Inbound::Request { id, method, params }) => (id, method, params),
@@ -159,31 +157,19 @@ async fn rpc(
         Ok(_) => return reply_error(&Value::Null, A2aError::invalid_request("method is required")),
         Err(Refused { id, fault }) => return reply_error(&id, fault.into()),
     };
-    if !METHODS.contains(&method.as_str()) {
+    let Some(method) = Method::from_rpc_name(&method) else {
         // `jsonrpc::parse` already bounded the name.
         return reply_error(&id, Fault::MethodNotFound(method).into());
-    }
+    };
     if let Err(error) = check_version(&headers) {
         return reply_error(&id, error);
     }
     let call = Request {
         shared,
-        id: id.clone(),
+        binding: Binding::JsonRpc(id.clone()),
         client: peer.ip(),
     };
-    let answer = match method.as_str() {
-        "SendMessage" => call.send_message(params).await,
-        "SendStreamingMessage" => call.send_streaming_message(params).await,
-        "GetTask" => call.get_task(params).await,
-        "ListTasks" => call.list_tasks(params).await,
-        "CancelTask" => call.cancel_task(params).await,
-        "SubscribeToTask" => call.subscribe(params).await,
-        "GetExtendedAgentCard" => call.extended_card(),
-        // The card claims no push notifications, so the SDK's client never asks; its server answers so.
-        push if push.contains("PushNotificationConfig") => Err(A2aError::PushNotSupported),
-        _ => Err(A2aError::Unsupported(format!("{method} is not supported"))),
-    };
-    match answer {
+    match dispatch(call, method, params).await {
         Ok(Answer::Result(result)) => axum::Json(jsonrpc::result(&id, result)).into_response(),
         Ok(Answer::Stream(stream)) => stream,
         Err(error) => reply_error(&id, error),
@@ -199,21 +185,68 @@ const DIALECT: Dialect = Dialect {
     positional_params: true,
 };
 
-const METHODS: [&str; 11] = [
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-];
+/// An A2A operation (§"Core Operations"), whichever binding carried it: each
+/// is served once, by [`dispatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    SendMessage,
+    SendStreamingMessage,
+    GetTask,
+    ListTasks,
+    CancelTask,
+    SubscribeToTask,
+    /// Any of the four push notification config operations.
+    PushConfig,
+    GetExtendedAgentCard,
+}
 
-/// Levels a request wraps around its message: the JSON-RPC envelope and `params`.
+impl Method {
+    fn from_rpc_name(name: &str) -> Option<Method> {
+        Some(match name {
+            "SendMessage" => Method::SendMessage,
+            "SendStreamingMessage" => Method::SendStreamingMessage,
+            "GetTask" => Method::GetTask,
+            "ListTasks" => Method::ListTasks,
+            "CancelTask" => Method::CancelTask,
+            "SubscribeToTask" => Method::SubscribeToTask,
+            "CreateTaskPushNotificationConfig"
+            | "GetTaskPushNotificationConfig"
+            | "ListTaskPushNotificationConfigs"
+            | "DeleteTaskPushNotificationConfig" => Method::PushConfig,
+            "GetExtendedAgentCard" => Method::GetExtendedAgentCard,
+            _ => return None,
+        })
+    }
+}
+
+/// The one place a method is served, for both bindings: `params` are the
+/// method's (JSON-RPC's `params`, or what the HTTP+JSON binding read from the
+/// path, query and body).
+async fn dispatch(call: Request, method: Method, params: Value) -> Result<Answer, A2aError> {
+    match method {
+        Method::SendMessage => call.send_message(params).await,
+        Method::SendStreamingMessage => call.send_streaming_message(params).await,
+        Method::GetTask => call.get_task(params).await,
+        Method::ListTasks => call.list_tasks(params).await,
+        Method::CancelTask => call.cancel_task(params).await,
+        Method::SubscribeToTask => call.subscribe(params).await,
+        Method::GetExtendedAgentCard => call.extended_card(),
+        // The card claims no push notifications, so the SDK's client never asks; its server answers so.
+        Method::PushConfig => Err(A2aError::PushNotSupported),
+    }
+}
+
+/// The gate every call passes first, whichever binding: the operator's token
+/// when `a2a.auth_token` is set.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), A2aError> {
+    if super::bearer_authorized(&shared.node.config.a2a.auth_token, headers) {
+        Ok(())
+    } else {
+        Err(A2aError::Unauthorized)
+    }
+}
+
+/// Levels a JSON-RPC request wraps around its message: the envelope and `params`.
 const REQUEST_LEVELS_ABOVE_MESSAGE: usize = 2;
 /// Levels a request wraps around a data part's value: those, `message`, `parts` and the part.
 const REQUEST_LEVELS_ABOVE_PART_DATA: usize = REQUEST_LEVELS_ABOVE_MESSAGE + 3;
@@ -223,22 +256,24 @@ const REQUEST_LEVELS_ABOVE_PART_DATA: usize = REQUEST_LEVELS_ABOVE_MESSAGE + 3;
 const MAX_REQUEST_DEPTH: usize =
     json_depth::MAX_STORED_DEPTH - state::STORED_LEVELS_ABOVE_MESSAGE + REQUEST_LEVELS_ABOVE_MESSAGE;
 
-/// A request nesting deeper than [`MAX_REQUEST_DEPTH`] is refused before it is
-/// parsed, whatever its method, so nothing of it is stored: `-32602` naming the
-/// limit (a document too deep for serde_json would otherwise be a parse error,
-/// and one a little less deep a task no read could ever return).
-fn refuse_deeper_than_stored(raw: &[u8]) -> Option<Response> {
+/// A request nesting deeper than [`MAX_REQUEST_DEPTH`] (less what its binding
+/// wraps around the message, `levels_above_message`, than JSON-RPC does) is
+/// refused before it is parsed, whatever its method, so nothing of it is
+/// stored: `-32602` naming the limit (a document too deep for serde_json would
+/// otherwise be a parse error, and one a little less deep a task no read could
+/// ever return).
+fn deeper_than_stored(raw: &[u8], levels_above_message: usize) -> Option<A2aError> {
+    let max_depth = MAX_REQUEST_DEPTH + levels_above_message - REQUEST_LEVELS_ABOVE_MESSAGE;
     let depth = json_depth::depth(raw);
     // Text that is not JSON at all gets the parser's own error instead.
-    if depth <= MAX_REQUEST_DEPTH || serde_json::from_slice::<IgnoredAny>(raw).is_err() {
+    if depth <= max_depth || serde_json::from_slice::<IgnoredAny>(raw).is_err() {
         return None;
     }
-    let error = A2aError::invalid_params(format!(
-        "the request nests {depth} levels deep; this node accepts at most {MAX_REQUEST_DEPTH} \
+    Some(A2aError::invalid_params(format!(
+        "the request nests {depth} levels deep; this node accepts at most {max_depth} \
          (a data part's value at most {}), the deepest a stored task can be read back",
         MAX_REQUEST_DEPTH - REQUEST_LEVELS_ABOVE_PART_DATA
-    ));
-    Some(reply_error(&envelope_id(raw), error))
+    )))
 }
 
 /// The `id` of a request too deep to parse whole, read without entering the
@@ -257,8 +292,17 @@ fn envelope_id(raw: &[u8]) -> Value {
     }
 }
 
+/// A JSON-RPC error answer: HTTP 200, but for the refusals that come before
+/// JSON-RPC is read (a missing token, a body over the limit), whose status is
+/// the HTTP+JSON binding's.
 fn reply_error(id: &Value, error: A2aError) -> Response {
-    axum::Json(error.response(id)).into_response()
+    let status = match error {
+        A2aError::Unauthorized | A2aError::PayloadTooLarge(_) => error.mapping().http,
+        _ => StatusCode::OK,
+    };
+    let mut response = (status, axum::Json(error.response(id))).into_response();
+    error.add_headers(&mut response);
+    response
 }
 
 fn truncate(text: &str) -> String {
@@ -289,8 +333,35 @@ enum Answer {
 
 struct Request {
     shared: Shared,
-    id: Value,
+    binding: Binding,
     client: std::net::IpAddr,
+}
+
+/// How a call's stream events and errors are framed.
+#[derive(Debug, Clone)]
+enum Binding {
+    /// One JSON-RPC response per event, to the request with this id.
+    JsonRpc(Value),
+    /// The bare `StreamResponse`, errors as `google.rpc.Status` bodies.
+    Rest,
+}
+
+impl Binding {
+    fn event(&self, event: &StreamResponse) -> Event {
+        let data = match self {
+            Binding::JsonRpc(id) => jsonrpc::result(id, event).to_string(),
+            Binding::Rest => serde_json::to_string(event).unwrap_or_default(),
+        };
+        Event::default().data(data)
+    }
+
+    fn error_event(&self, error: &A2aError) -> Result<Event, Infallible> {
+        let data = match self {
+            Binding::JsonRpc(id) => error.response(id),
+            Binding::Rest => error.rest_body(),
+        };
+        Ok(Event::default().event("error").data(data.to_string()))
+    }
 }
 
 impl Request {
@@ -512,16 +583,15 @@ impl Request {
         let idle = Duration::from_millis(self.shared.node.config.a2a.stream_idle_timeout_ms);
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let shared = self.shared.clone();
-        let id = self.id.clone();
+        let binding = self.binding.clone();
         tokio::spawn(async move {
-            let event =
-                |result: &StreamResponse| Event::default().data(jsonrpc::result(&id, result).to_string());
+            let event = |result: &StreamResponse| binding.event(result);
             // The answer is on its way to the runner: the task is working again.
             let mut working = match shared.load(&task_id).await {
                 Ok(Some(task)) => task,
                 Ok(None) => return,
                 Err(error) => {
-                    let _ = sender.send(error_event(&id, &error)).await;
+                    let _ = sender.send(binding.error_event(&error)).await;
                     return;
                 }
             };
@@ -538,7 +608,7 @@ impl Request {
                 Ok(task) if moved_on(&task) => task,
                 Ok(_) => return,
                 Err(error) => {
-                    let _ = sender.send(error_event(&id, &error)).await;
+                    let _ = sender.send(binding.error_event(&error)).await;
                     return;
                 }
             };
@@ -570,11 +640,11 @@ impl Request {
     /// that ends it or hands the turn to the client, or after an idle spell.
     fn stream(&self, snapshot: Task, events: broadcast::Receiver<StreamResponse>) -> Response {
         let idle = Duration::from_millis(self.shared.node.config.a2a.stream_idle_timeout_ms);
-        let id = self.id.clone();
+        let binding = self.binding.clone();
         let events = futures::stream::unfold(
             Some((Some(StreamResponse::Task(snapshot)), events)),
             move |state| {
-                let id = id.clone();
+                let binding = binding.clone();
                 async move {
                     let (first, mut events) = state?;
                     let event = match first {
@@ -585,15 +655,13 @@ impl Request {
                                 let error = A2aError::Internal(
                                     "this stream fell behind the task; read it with GetTask or SubscribeToTask".into(),
                                 );
-                                return Some((error_event(&id, &error), None));
+                                return Some((binding.error_event(&error), None));
                             }
                             Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => return None,
                         },
                     };
                     let ends = event.state().is_some_and(TaskState::is_interrupted);
-                    let sse = Ok::<Event, Infallible>(
-                        Event::default().data(jsonrpc::result(&id, event).to_string()),
-                    );
+                    let sse = Ok::<Event, Infallible>(binding.event(&event));
                     Some((sse, if ends { None } else { Some((None, events)) }))
                 }
             },
@@ -635,12 +703,6 @@ async fn wait_for_state(
         }
     })
     .await;
-}
-
-fn error_event(id: &Value, error: &A2aError) -> Result<Event, Infallible> {
-    Ok(Event::default()
-        .event("error")
-        .data(error.response(id).to_string()))
 }
 
 fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {

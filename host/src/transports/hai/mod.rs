@@ -75,7 +75,7 @@ pub fn router(state: NodeState) -> Router {
     let browser = Endpoint {
         allowed_origins: shared.node.config.hai.allowed_origins.clone(),
         origins_key: "hai.allowed_origins",
-        json_rpc: false,
+        json_posts: crate::policy::browser::JsonPosts::Unchecked,
         refuse: |refusal| HaiError::from(refusal).to_http(),
     };
     let policy = shared.node.browser.clone();

@@ -68,7 +68,7 @@ pub fn router(node: NodeState) -> Router {
     let browser = crate::policy::browser::Endpoint {
         allowed_origins: node.config.mcp.allowed_origins.clone(),
         origins_key: "mcp.allowed_origins",
-        json_rpc: true,
+        json_posts: crate::policy::browser::JsonPosts::All,
         refuse: |refusal| McpError::from(refusal).into_response(),
     };
     let policy = node.browser.clone();
