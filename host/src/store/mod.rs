@@ -562,6 +562,31 @@ impl Store {
         self.backend.subscribe()
     }
 
+    /// The next message other nodes published on `topic`, the bus's other
+    /// topics passed over; `None` once the bus is closed. A reader that fell
+    /// behind loses the oldest messages: that is logged as `reader`'s, and it
+    /// reads on from the next one.
+    pub async fn next_on_topic(
+        inbox: &mut broadcast::Receiver<FleetMessage>,
+        topic: &str,
+        reader: &'static str,
+    ) -> Option<FleetMessage> {
+        loop {
+            match inbox.recv().await {
+                Ok(message) if message.topic == topic => return Some(message),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        transport = reader,
+                        missed,
+                        "{reader}: fleet messages read too slowly; some were missed"
+                    );
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
     /// The fleet's plugin set, when the store is shared.
     pub fn plugin_set(&self) -> Option<&dyn plugin_set::PluginSet> {
         self.backend.plugin_set()

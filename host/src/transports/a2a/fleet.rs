@@ -25,14 +25,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::error::A2aError;
 use super::run;
 use super::state::{A2aState, Shared};
 use crate::models::a2a::{Message, Part, Task, TaskState};
-use crate::store::FleetMessage;
 use crate::store::lease::{Expired, Reclaim};
+use crate::store::{FleetMessage, Store};
 
 const TOPIC: &str = "a2a.task";
 /// How often a forwarding node reads the task back while it waits.
@@ -91,22 +90,7 @@ pub async fn forward(shared: &Shared, message: &Forwarded) -> Result<(), A2aErro
 }
 
 async fn receive(shared: Weak<A2aState>, mut inbox: tokio::sync::broadcast::Receiver<FleetMessage>) {
-    loop {
-        let message = match inbox.recv().await {
-            Ok(message) => message,
-            Err(RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    transport = "a2a",
-                    missed,
-                    "a2a: fleet messages read too slowly; some were missed"
-                );
-                continue;
-            }
-            Err(RecvError::Closed) => return,
-        };
-        if message.topic != TOPIC {
-            continue;
-        }
+    while let Some(message) = Store::next_on_topic(&mut inbox, TOPIC, "a2a").await {
         let Some(shared) = shared.upgrade() else { return };
         match serde_json::from_slice::<Forwarded>(&message.payload) {
             // Every node gets it; only the runner has the task live.

@@ -43,7 +43,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::broadcast::error::RecvError;
 
 use super::state::{McpState, Shared, approval_scope, history_id};
 use crate::runtime::ApprovalOutcome;
@@ -262,24 +261,9 @@ pub fn listen(shared: &Shared) {
 }
 
 async fn receive(shared: Weak<McpState>, mut inbox: tokio::sync::broadcast::Receiver<FleetMessage>) {
-    loop {
-        let message = match inbox.recv().await {
-            Ok(message) => message,
-            Err(RecvError::Lagged(missed)) => {
-                // An end missed is found at the next request (the row is gone); a
-                // decision missed leaves its tool to time out.
-                tracing::warn!(
-                    transport = "mcp",
-                    missed,
-                    "mcp: fleet messages read too slowly; some were missed"
-                );
-                continue;
-            }
-            Err(RecvError::Closed) => return,
-        };
-        if message.topic != TOPIC {
-            continue;
-        }
+    // An end missed is found at the next request (the row is gone); a
+    // decision missed leaves its tool to time out.
+    while let Some(message) = Store::next_on_topic(&mut inbox, TOPIC, "mcp").await {
         let Some(shared) = shared.upgrade() else { return };
         match serde_json::from_slice::<Note>(&message.payload) {
             Ok(Note::Ended { session_id }) => shared.ended_elsewhere(&session_id).await,
