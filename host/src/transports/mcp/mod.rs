@@ -11,6 +11,7 @@
 //!   asked by `elicitation/create` (§"Elicitation").
 //! - [`resources`]: the plugins' protocol documents as resources
 //!   (`resources/list`, `resources/read`, `resources/templates/list`).
+//! - [`prompts`]: the prompts plugins declare (`prompts/list`, `prompts/get`).
 //! - [`wire`]: JSON-RPC messages and the parameters the node reads.
 //! - [`state`]: sessions and their bounds.
 //! - [`fleet`]: sessions and approval forms as fleet state, on a shared store.
@@ -31,6 +32,7 @@
 pub mod activity;
 pub mod error;
 mod fleet;
+mod prompts;
 mod resources;
 mod state;
 mod tools;
@@ -167,6 +169,8 @@ async fn request(
         }
         "resources/templates/list" => Ok(resources::templates()),
         "resources/read" => wire::resource_uri(&params).and_then(|uri| resources::read(shared, &uri)),
+        "prompts/list" => wire::cursor(&params).map(|cursor| prompts::list_page(shared, cursor.as_deref())),
+        "prompts/get" => prompts::get(shared, &params).await,
         "tools/call" => match wire::tool_call_params(&params) {
             Ok(call) if accepts(headers, "text/event-stream") => {
                 return call_on_stream(shared, session, id, call);
@@ -239,7 +243,11 @@ async fn initialize(shared: &Shared, peer: SocketAddr, id: &Value, params: &Valu
     let config = &shared.node.config.mcp;
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": true}, "resources": {"listChanged": true}},
+        "capabilities": {
+            "tools": {"listChanged": true},
+            "resources": {"listChanged": true},
+            "prompts": {"listChanged": true},
+        },
         "serverInfo": {"name": config.name, "version": env!("CARGO_PKG_VERSION")},
         "instructions": "The tools of this Agora node's plugins. Tools at or above the node's approval \
                          threshold run only after you approve them in a form the node sends.",
@@ -307,6 +315,7 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
 struct Listings {
     tools: String,
     resources: String,
+    prompts: String,
 }
 
 impl Listings {
@@ -314,6 +323,7 @@ impl Listings {
         Listings {
             tools: tools::listing_fingerprint(registry),
             resources: resources::listing_fingerprint(registry),
+            prompts: prompts::listing_fingerprint(registry),
         }
     }
 
@@ -325,6 +335,9 @@ impl Listings {
         }
         if self.resources != shown.resources {
             methods.push("notifications/resources/list_changed");
+        }
+        if self.prompts != shown.prompts {
+            methods.push("notifications/prompts/list_changed");
         }
         methods
     }
