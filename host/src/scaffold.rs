@@ -458,6 +458,13 @@ class Extensions(exports.Extensions):
 
     def tick(self, name: str) -> None:
         agora_plugin.dispatch_tick(name, {{}})
+
+
+# The prompts MCP clients are offered: none yet. Declare them in `capabilities`
+# (`prompts=[agora_plugin.prompt("greet", "…", [("who", "…", True)])]`) and render them
+# with a `class Prompts(exports.Prompts)` whose `get` returns
+# `agora_plugin.dispatch_prompt(name, arguments, {{"greet": greet}})`.
+Prompts = agora_plugin.NoPrompts
 "#
     );
     let build = format!(
@@ -528,6 +535,7 @@ import {{
   dispatchTick,
   jsonObject,
   manifest as manifestOf,
+  noPrompts,
   unknownTool,
 }} from "../bindings/agora-plugin.js";
 import {{ DOCUMENT }} from "../build/document.js";
@@ -569,6 +577,11 @@ export const extensions = {{
   /** @param {{string}} name @returns {{void}} */
   tick: (name) => dispatchTick(name, {{}}),
 }};
+
+// The prompts MCP clients are offered: none yet. Declare them in `capabilities`
+// (`prompts: [prompt("greet", "…", [["who", "…", true]])]`) and render them with
+// `{{ get: (name, args) => dispatchPrompt(name, args, {{ greet }}) }}` here.
+export const prompts = noPrompts;
 "#
     );
     let generate = r#"// Embeds protocol.md, byte for byte: the component has no files at run time.

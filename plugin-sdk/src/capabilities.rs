@@ -1,8 +1,13 @@
 //! What a plugin asks of the node beyond answering messages: a language model,
-//! schedules, and the origins its outgoing HTTP may reach. The node reads this once, with the manifest, and refuses
+//! schedules, and the origins its outgoing HTTP may reach; and what MCP clients
+//! are shown of it: its prompts and the media type of its protocol documents. The node reads this once, with the manifest, and refuses
 //! what is not declared (a model call) or cannot be given (a key it does not know).
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
+
+use crate::prompt::Prompt;
 
 /// Declared with [`crate::Plugin::capabilities`]; start with [`Capabilities::new`].
 #[derive(Debug, Clone, Default, Serialize)]
@@ -13,6 +18,15 @@ pub struct Capabilities {
     schedules: Vec<Schedule>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     allowed_hosts: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    prompts: Vec<Prompt>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    documents: BTreeMap<String, DocumentType>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct DocumentType {
+    mime_type: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -53,6 +67,26 @@ impl Capabilities {
     /// Settings may be read here (`host::config_get`), so the origin can be configured.
     pub fn allow_host(mut self, origin: &str) -> Self {
         self.allowed_hosts.push(origin.to_string());
+        self
+    }
+
+    /// Offer `prompt` to MCP clients (`prompts/list`); the node renders it with
+    /// [`crate::Plugin::get_prompt`]. Names are unique across the node's plugins.
+    pub fn prompt(mut self, prompt: Prompt) -> Self {
+        self.prompts.push(prompt);
+        self
+    }
+
+    /// The media type MCP clients are shown for the protocol document whose SHA1
+    /// (lower-case hex) is `document`, or for every document with `"default"`:
+    /// `"text/plain"`, say. Documents are `text/markdown` unless declared.
+    pub fn document_type(mut self, document: &str, mime_type: &str) -> Self {
+        self.documents.insert(
+            document.to_string(),
+            DocumentType {
+                mime_type: mime_type.to_string(),
+            },
+        );
         self
     }
 

@@ -2,7 +2,7 @@
 //!
 //! A plugin is a WebAssembly component for the `agent` world of `agora:node`
 //! (`wit/agora-node.wit`: everything of `plugin`, and the optional
-//! capabilities a plugin declares: a language model, schedules). This crate hides the component plumbing: a plugin
+//! capabilities a plugin declares: a language model, schedules, prompts). This crate hides the component plumbing: a plugin
 //! author implements [`Plugin`] on a struct and names it once with
 //! [`export_plugin!`]. Everything the host offers (logging, the key-value store,
 //! events, tools, history, outbound calls) is a safe function in [`host`]
@@ -48,6 +48,7 @@ mod error;
 pub mod host;
 pub mod llm;
 mod manifest;
+mod prompt;
 #[cfg(test)]
 mod script_tests;
 mod tool;
@@ -59,6 +60,7 @@ pub use bindings::agora::node::types::{
 pub use capabilities::Capabilities;
 pub use error::HostError;
 pub use manifest::Manifest;
+pub use prompt::{Prompt, PromptArguments, RenderedPrompt};
 pub use serde_json::{self, Value, json};
 pub use tool::{ToolArguments, ToolFailure};
 
@@ -95,6 +97,22 @@ pub trait Plugin {
     /// error is logged and counted by the node.
     fn tick(name: String) -> Result<(), String> {
         Err(format!("no schedule named {name:?}"))
+    }
+
+    /// Render the prompt `name` declared in [`Plugin::capabilities`] for an MCP
+    /// client: the node has checked `arguments` (every required one is there).
+    ///
+    /// ```ignore
+    /// fn get_prompt(name: String, arguments: PromptArguments) -> Result<RenderedPrompt, String> {
+    ///     match name.as_str() {
+    ///         "convert" => Ok(RenderedPrompt::new().user(format!("Convert {}.", arguments["quantity"]))),
+    ///         other => Err(format!("no prompt named {other:?}")),
+    ///     }
+    /// }
+    /// ```
+    fn get_prompt(name: String, arguments: PromptArguments) -> Result<RenderedPrompt, String> {
+        let _ = arguments;
+        Err(format!("no prompt named {name:?}"))
     }
 }
 
@@ -160,6 +178,14 @@ impl<P: Plugin> bindings::exports::agora::node::extensions::Guest for Adapter<P>
     }
 }
 
+impl<P: Plugin> bindings::exports::agora::node::prompts::Guest for Adapter<P> {
+    fn get(name: String, arguments: String) -> Result<String, String> {
+        let arguments: PromptArguments = serde_json::from_str(&arguments)
+            .map_err(|e| format!("prompt arguments are not an object of strings: {e}"))?;
+        P::get_prompt(name, arguments)?.to_json()
+    }
+}
+
 /// Export a [`Plugin`] implementation as this component's entry points.
 #[macro_export]
 macro_rules! export_plugin {
@@ -173,8 +199,9 @@ macro_rules! export_plugin {
 pub mod prelude {
     pub use crate::host;
     pub use crate::{
-        Capabilities, Failure, FailureKind, HostError, Manifest, Message, Phase, Plugin, Risk, ToolArguments,
-        ToolFailure, Transport, export_plugin, llm, reply,
+        Capabilities, Failure, FailureKind, HostError, Manifest, Message, Phase, Plugin, Prompt,
+        PromptArguments, RenderedPrompt, Risk, ToolArguments, ToolFailure, Transport, export_plugin, llm,
+        reply,
     };
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::{self, Value, json};

@@ -21,7 +21,8 @@ fn builder() -> NodeBuilder {
         .plugin("inspection-tools")
 }
 
-fn sdk_rest(node: &TestNode, scenario: &str, args: &[&str]) -> Value {
+/// A scenario of the SDK's REST client (`rest_client.py`) against `node`.
+pub(crate) fn sdk_rest(node: &TestNode, scenario: &str, args: &[&str]) -> Value {
     support::run_scenario(
         &a2a_python(),
         "tests/interop/a2a/rest_client.py",
@@ -262,14 +263,14 @@ fn rest_refusals_have_the_rest_shape() {
         &[authed[0], ("a2a-version", "0.3")],
     );
     assert_rest_error(&foreign, 400, "VERSION_NOT_SUPPORTED");
-    // An unknown path under the binding, and push configs (not supported).
+    // An unknown path under the binding, and the push configs of an unknown task.
     let nowhere = get_with_headers(&node.url(&format!("{REST_PATH}/nowhere")), &authed);
     assert_rest_error(&nowhere, 404, "METHOD_NOT_FOUND");
     let push = get_with_headers(
         &node.url(&format!("{REST_PATH}/tasks/t1/pushNotificationConfigs")),
         &authed,
     );
-    assert_rest_error(&push, 400, "PUSH_NOTIFICATION_NOT_SUPPORTED");
+    assert_rest_error(&push, 404, "TASK_NOT_FOUND");
     // A unary answer is the bare object.
     let listed = get_with_headers(&node.url(&format!("{REST_PATH}/tasks?contextId=none")), &authed);
     assert_eq!(listed.status, 200, "{}", listed.body);

@@ -509,6 +509,13 @@ export const extensions = {
     throw `no schedule ${name}`;
   },
 };
+
+// No prompts either (the world `agent` asks every plugin for the export).
+export const prompts = {
+  get(name) {
+    throw `no prompt ${name}`;
+  },
+};
 "#;
 
 fn impersonator_wasm() -> Vec<u8> {

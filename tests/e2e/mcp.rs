@@ -1,17 +1,19 @@
-//! MCP (issue 19) end to end: a real node with the four example tools
+//! MCP (issues 19 and 41) end to end: a real node with the four example tools
 //! (`inspection-tools`' two, `unit-converter`'s and `trivia`'s), answered by the
 //! reference client — the real `mcp` 2.3.0 SDK in a venv, driven by
-//! `tests/interop/mcp/sdk_client.py`, one scenario per run, in its stock "auto"
-//! mode (`server/discover` first, then `initialize`) — and by raw sockets for
-//! what no SDK sends: truncated JSON, missing or unknown session ids, oversized
-//! bodies, missing tokens.
+//! `tests/interop/mcp/sdk_client.py`, one scenario per run, in each of its
+//! modes: the stock "auto" (`server/discover`, which the node answers, so the
+//! client adopts the stateless 2026-07-28), pinned "2026-07-28" (no discover),
+//! and "legacy" (the 2025-11-25 `initialize` handshake and its session) — and
+//! by raw sockets for what no SDK sends: truncated JSON, missing or unknown
+//! session ids, oversized bodies, missing tokens, every rung of the 2026
+//! envelope ladder.
 //!
 //! The script only reports what the SDK saw (results, elicitation requests, the
 //! HTTP exchanges with their statuses and session ids); every judgement is made here.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -52,9 +54,44 @@ fn sdk(node: &TestNode, scenario: &str, args: &[&str]) -> Value {
     support::run_scenario(&python, SCRIPT, scenario, &node.url(MCP_PATH), args, node)
 }
 
+/// The client's three modes: how `Client(mode=…)` connects.
+const MODES: [&str; 3] = ["auto", "2026-07-28", "legacy"];
+/// The modes that speak the stateless revision.
+const MODERN_MODES: [&str; 2] = ["auto", "2026-07-28"];
+
+/// [`sdk`] with the client in `mode`.
+fn sdk_in(node: &TestNode, mode: &str, scenario: &str, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["--mode", mode]);
+    sdk(node, scenario, &args)
+}
+
+/// [`sdk_in`] for a scenario that prints `ready` once its stream is open.
+fn sdk_until_ready(node: &TestNode, mode: &str, scenario: &str) -> support::ReadyScenario {
+    let python = support::mcp_python();
+    support::ReadyScenario::start(
+        &python,
+        SCRIPT,
+        scenario,
+        &node.url(MCP_PATH),
+        &["--mode", mode],
+        node,
+    )
+}
+
 /// The SDK's `tools/call` of each `(name, arguments)` in one session, the
 /// elicitation callback answering as `elicit` says (`none`: no callback at all).
 fn sdk_calls(node: &TestNode, calls: &[(&str, Value)], elicit: &str, feedback: Option<&str>) -> Value {
+    sdk_calls_in(node, "auto", calls, elicit, feedback)
+}
+
+fn sdk_calls_in(
+    node: &TestNode,
+    mode: &str,
+    calls: &[(&str, Value)],
+    elicit: &str,
+    feedback: Option<&str>,
+) -> Value {
     let calls = json!(
         calls
             .iter()
@@ -62,7 +99,7 @@ fn sdk_calls(node: &TestNode, calls: &[(&str, Value)], elicit: &str, feedback: O
             .collect::<Vec<_>>()
     );
     let calls = calls.to_string();
-    let mut args = vec![calls.as_str(), "--elicit", elicit];
+    let mut args = vec![calls.as_str(), "--elicit", elicit, "--mode", mode];
     if let Some(feedback) = feedback {
         args.extend(["--feedback", feedback]);
     }
@@ -133,16 +170,103 @@ fn exchanges<'a>(observed: &'a Value, http: &str, rpc: Option<&str>) -> Vec<&'a 
 
 // ---------------------------------------------------------------- the SDK's client
 
+/// Every exchange of a stateless client: POSTs only, no session sent or
+/// given, each carrying the revision and its method in headers.
+fn assert_stateless(observed: &Value) {
+    for exchange in observed["exchanges"].as_array().expect("exchanges") {
+        assert_eq!(exchange["http"], "POST", "no GET stream, no DELETE: {observed}");
+        assert!(exchange["sentSession"].is_null(), "{observed}");
+        assert!(exchange["session"].is_null(), "{observed}");
+        assert_ne!(exchange["rpc"], "initialize", "{observed}");
+        assert_eq!(exchange["version"], "2026-07-28", "{exchange}");
+        assert_eq!(exchange["mcpMethod"], exchange["rpc"], "{exchange}");
+    }
+}
+
 #[test]
-fn the_sdk_falls_back_from_discover_and_initializes_with_the_node() {
+fn auto_adopts_2026_07_28_through_discover() {
     let node = node();
-    let observed = sdk(&node, "init", &[]);
+    let observed = sdk(
+        &node,
+        "call",
+        &[r#"[["convert_units", {"value": 2, "from": "km", "to": "m"}]]"#],
+    );
     let all = observed["exchanges"].as_array().expect("exchanges");
-    // The stock client probes the 2026 era first; the node does not serve it and says so.
     assert_eq!(all[0]["rpc"], "server/discover", "{observed}");
-    assert_eq!(all[0]["status"], 400, "{observed}");
-    assert_eq!(all[1]["rpc"], "initialize", "{observed}");
-    assert_eq!(all[1]["status"], 200, "{observed}");
+    assert_eq!(all[0]["status"], 200, "{observed}");
+    assert!(
+        text(&all[0]["contentType"]).starts_with("application/json"),
+        "{observed}"
+    );
+    assert_stateless(&observed);
+    let calls = exchanges(&observed, "POST", Some("tools/call"));
+    assert_eq!(calls.len(), 1, "{observed}");
+    assert_eq!(calls[0]["mcpName"], "convert_units", "{observed}");
+    assert_eq!(
+        assert_ok_result(&observed["results"][0])["value"],
+        2000.0,
+        "{observed}"
+    );
+
+    let connected = sdk(&node, "init", &[]);
+    assert_eq!(connected["protocolVersion"], "2026-07-28", "{connected}");
+    assert_eq!(connected["serverInfo"]["name"], "agora-node", "{connected}");
+    assert!(
+        !text(&connected["serverInfo"]["version"]).is_empty(),
+        "{connected}"
+    );
+    for list in ["tools", "resources", "prompts"] {
+        assert_eq!(
+            connected["capabilities"][list]["listChanged"], true,
+            "{connected}"
+        );
+    }
+    assert!(connected["sessionId"].is_null(), "{connected}");
+}
+
+#[test]
+fn a_pinned_client_is_served_without_discover() {
+    let node = node();
+    let observed = sdk_calls_in(
+        &node,
+        "2026-07-28",
+        &[("convert_units", json!({"value": 3, "from": "km", "to": "m"}))],
+        "accept",
+        None,
+    );
+    let all = observed["exchanges"].as_array().expect("exchanges");
+    assert_eq!(
+        all[0]["rpc"], "tools/call",
+        "the call is the first exchange: {observed}"
+    );
+    assert!(
+        exchanges(&observed, "POST", Some("server/discover")).is_empty(),
+        "{observed}"
+    );
+    assert_stateless(&observed);
+    assert_eq!(
+        assert_ok_result(&observed["results"][0])["value"],
+        3000.0,
+        "{observed}"
+    );
+    let listed = sdk_in(&node, "2026-07-28", "list", &[]);
+    assert_eq!(
+        entries_of_pages(&listed, "tools", 50).len(),
+        TOOLS.len(),
+        "{listed}"
+    );
+}
+
+#[test]
+fn legacy_mode_still_gets_the_2025_handshake() {
+    let node = node();
+    let observed = sdk_in(&node, "legacy", "init", &[]);
+    let all = observed["exchanges"].as_array().expect("exchanges");
+    assert_eq!(
+        all[0]["rpc"], "initialize",
+        "no discover in legacy mode: {observed}"
+    );
+    assert_eq!(all[0]["status"], 200, "{observed}");
     assert_eq!(observed["protocolVersion"], "2025-11-25", "{observed}");
     assert_eq!(observed["serverInfo"]["name"], "agora-node", "{observed}");
     assert!(!text(&observed["serverInfo"]["version"]).is_empty(), "{observed}");
@@ -153,7 +277,7 @@ fn the_sdk_falls_back_from_discover_and_initializes_with_the_node() {
     let session = text(&observed["sessionId"]);
     assert!(!session.is_empty(), "{observed}");
     // Every later request carried the session, and the node accepted the notification.
-    for exchange in &all[2..] {
+    for exchange in &all[1..] {
         assert_eq!(exchange["sentSession"], session, "{observed}");
     }
     let initialized = exchanges(&observed, "POST", Some("notifications/initialized"));
@@ -164,7 +288,7 @@ fn the_sdk_falls_back_from_discover_and_initializes_with_the_node() {
 #[test]
 fn a_session_the_client_ends_is_gone() {
     let node = node();
-    let observed = sdk(&node, "init", &[]);
+    let observed = sdk_in(&node, "legacy", "init", &[]);
     let session = text(&observed["sessionId"]).to_string();
     let deletes = exchanges(&observed, "DELETE", None);
     assert_eq!(deletes.len(), 1, "the SDK ends its session on exit: {observed}");
@@ -309,50 +433,82 @@ fn assert_asked_for_the_report(observed: &Value) {
     }
 }
 
-fn report_call(node: &TestNode, elicit: &str, feedback: Option<&str>) -> (Value, Value) {
-    let observed = sdk_calls(
+fn report_call(node: &TestNode, mode: &str, elicit: &str, feedback: Option<&str>) -> (Value, Value) {
+    let observed = sdk_calls_in(
         node,
+        mode,
         &[(REPORT, json!({"inspection_id": "INS-2024-001"}))],
         elicit,
         feedback,
     );
     let result = observed["results"][0].clone();
+    if mode != "legacy" && elicit != "none" {
+        assert_answered_in_a_round(&observed);
+    }
     (observed, result)
+}
+
+/// At 2026-07-28 an approval is a round: the first `tools/call` is answered
+/// at once with the form (JSON, no stream), the second carries the answer.
+fn assert_answered_in_a_round(observed: &Value) {
+    assert_stateless(observed);
+    let calls = exchanges(observed, "POST", Some("tools/call"));
+    assert_eq!(calls.len(), 2, "the call and its answered retry: {observed}");
+    for call in calls {
+        assert_eq!(call["status"], 200, "{observed}");
+        assert!(
+            text(&call["contentType"]).starts_with("application/json"),
+            "{observed}"
+        );
+    }
 }
 
 #[test]
 fn an_approved_report_runs_the_tool() {
     let node = node();
-    let before = tool_calls(&node, "inspection-tools");
-    let (observed, result) = report_call(&node, "accept", None);
-    assert!(observed["declared"]["elicitation"].is_object(), "{observed}");
-    assert_asked_for_the_report(&observed);
-    let report = assert_ok_result(&result);
-    assert!(
-        text(&report["summary"]).starts_with("Generated report RPT-2024-001-"),
-        "the tool ran: {report}"
-    );
-    assert_eq!(tool_calls(&node, "inspection-tools"), before + 1);
+    for mode in MODES {
+        let before = tool_calls(&node, "inspection-tools");
+        let (observed, result) = report_call(&node, mode, "accept", None);
+        assert!(
+            observed["declared"]["elicitation"].is_object(),
+            "{mode}: {observed}"
+        );
+        assert_asked_for_the_report(&observed);
+        let report = assert_ok_result(&result);
+        assert!(
+            text(&report["summary"]).starts_with("Generated report RPT-2024-001-"),
+            "{mode}: the tool ran: {report}"
+        );
+        assert_eq!(tool_calls(&node, "inspection-tools"), before + 1, "{mode}");
+    }
 }
 
 #[test]
 fn a_rejected_report_quotes_the_feedback_and_does_not_run_the_tool() {
     let node = node();
     let feedback = "Not yet: the inspector has to sign the checklist first.";
-    let (observed, result) = report_call(&node, "reject", Some(feedback));
-    assert_asked_for_the_report(&observed);
-    let said = assert_error_result(&result, &["reject", feedback]);
-    assert!(!said.contains("Generated report"), "the tool did not run: {said}");
+    for mode in MODES {
+        let (observed, result) = report_call(&node, mode, "reject", Some(feedback));
+        assert_asked_for_the_report(&observed);
+        let said = assert_error_result(&result, &["reject", feedback]);
+        assert!(
+            !said.contains("Generated report"),
+            "{mode}: the tool did not run: {said}"
+        );
+    }
+    assert_eq!(tool_calls(&node, "inspection-tools"), 0);
 }
 
 #[test]
 fn a_declined_or_cancelled_report_does_not_run() {
     let node = node();
-    for (answer, reason) in [("decline", "declined"), ("cancel", "cancelled")] {
-        let (observed, result) = report_call(&node, answer, None);
-        assert_asked_for_the_report(&observed);
-        let said = assert_error_result(&result, &[reason]);
-        assert!(!said.contains("Generated report"), "{answer}: {said}");
+    for mode in MODES {
+        for (answer, reason) in [("decline", "declined"), ("cancel", "cancelled")] {
+            let (observed, result) = report_call(&node, mode, answer, None);
+            assert_asked_for_the_report(&observed);
+            let said = assert_error_result(&result, &[reason]);
+            assert!(!said.contains("Generated report"), "{mode} {answer}: {said}");
+        }
     }
     assert_eq!(tool_calls(&node, "inspection-tools"), 0);
 }
@@ -360,7 +516,8 @@ fn a_declined_or_cancelled_report_does_not_run() {
 #[test]
 fn an_unanswered_approval_times_out() {
     let node = builder().env("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "1500").start();
-    let (observed, result) = report_call(&node, "wait", None);
+    // Only a session waits on the node; a 2026 round costs it nothing while a human thinks.
+    let (observed, result) = report_call(&node, "legacy", "wait", None);
     assert_asked_for_the_report(&observed);
     let said = assert_error_result(&result, &["timed out"]);
     assert!(!said.contains("Generated report"), "{said}");
@@ -369,49 +526,33 @@ fn an_unanswered_approval_times_out() {
 #[test]
 fn a_client_without_elicitation_is_told_approval_is_needed_and_never_asked() {
     let node = node();
-    let (observed, result) = report_call(&node, "none", None);
-    let declared = observed["declared"]
-        .as_object()
-        .expect("the initialize request's capabilities");
-    assert!(
-        !declared.contains_key("elicitation"),
-        "the SDK declared no elicitation capability: {observed}"
-    );
-    assert_eq!(observed["elicitations"], json!([]), "{observed}");
-    let said = assert_error_result(&result, &["approval"]);
-    assert!(!said.contains("Generated report"), "{said}");
+    for mode in MODES {
+        let (observed, result) = report_call(&node, mode, "none", None);
+        let declared = observed["declared"]
+            .as_object()
+            .expect("the capabilities the client declared");
+        assert!(
+            !declared.contains_key("elicitation"),
+            "{mode}: the SDK declared no elicitation capability: {observed}"
+        );
+        assert_eq!(observed["elicitations"], json!([]), "{mode}: {observed}");
+        let said = assert_error_result(&result, &["approval"]);
+        assert!(!said.contains("Generated report"), "{mode}: {said}");
+        assert_eq!(
+            exchanges(&observed, "POST", Some("tools/call")).len(),
+            1,
+            "{mode}: no round: {observed}"
+        );
+    }
     assert_eq!(tool_calls(&node, "inspection-tools"), 0);
 }
 
 #[test]
 fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
     let node = node();
-    let mut child = Command::new(support::mcp_python())
-        .arg(support::repo_root().join(SCRIPT))
-        .arg("reload")
-        .arg(node.url(MCP_PATH))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running the mcp client");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert_eq!(
-        ready,
-        "ready",
-        "the script's first line; log:\n{}",
-        node.log_text()
-    );
+    let scenario = sdk_until_ready(&node, "legacy", "reload");
     std::fs::remove_file(node.plugins_dir.join("unit-converter.wasm")).unwrap();
-    let last = lines.map_while(Result::ok).last().unwrap_or_default();
-    let output = child.wait_with_output().expect("the client's exit");
-    assert!(
-        output.status.success(),
-        "{}\nstdout: {last}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let observed: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last}"));
+    let observed = scenario.observed();
     let names = |pages: &Value| listed(pages, "tools", "name");
     let (before, after) = (names(&observed["before"]), names(&observed["after"]));
     assert!(before.contains("convert_units"), "{observed}");
@@ -423,21 +564,9 @@ fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
             .contains(&json!({ "method": method }))
     };
     assert!(notified("notifications/tools/list_changed"), "{observed}");
-    let mut expected = before.clone();
-    expected.remove("convert_units");
-    assert_eq!(after, expected, "{observed}");
     // The unit converter's protocol document went with it.
     assert!(notified("notifications/resources/list_changed"), "{observed}");
-    let uris = |pages: &Value| listed(pages, "resources", "uri");
-    let (unit_conversion, _) = document_uri("unit-conversion.md");
-    assert!(
-        uris(&observed["resourcesBefore"]).contains(&unit_conversion),
-        "{observed}"
-    );
-    assert!(
-        !uris(&observed["resourcesAfter"]).contains(&unit_conversion),
-        "{observed}"
-    );
+    assert_the_unit_converter_went(&observed, before, after);
     let streams = exchanges(&observed, "GET", None);
     assert!(
         streams
@@ -445,6 +574,69 @@ fn a_hot_reload_notifies_the_open_stream_and_changes_the_list() {
             .any(|e| e["status"] == 200 && text(&e["contentType"]).starts_with("text/event-stream")),
         "the session's GET stream: {observed}"
     );
+}
+
+#[test]
+fn a_hot_reload_is_announced_on_the_listen_stream() {
+    for mode in MODERN_MODES {
+        let node = node();
+        let scenario = sdk_until_ready(&node, mode, "listen");
+        std::fs::remove_file(node.plugins_dir.join("unit-converter.wasm")).unwrap();
+        let observed = scenario.observed();
+        assert_eq!(observed["protocolVersion"], "2026-07-28", "{observed}");
+        let honored = &observed["honored"];
+        for flag in ["toolsListChanged", "resourcesListChanged", "promptsListChanged"] {
+            assert_eq!(honored[flag], true, "{mode}: {observed}");
+        }
+        assert!(
+            honored.get("resourceSubscriptions").is_none_or(Value::is_null),
+            "documents are content-addressed: no resource subscriptions: {observed}"
+        );
+        let events = observed["events"].as_array().expect("events");
+        assert!(events.contains(&json!("ToolsListChanged")), "{mode}: {observed}");
+        assert!(
+            events.contains(&json!("ResourcesListChanged")),
+            "{mode}: {observed}"
+        );
+        let names = |pages: &Value| listed(pages, "tools", "name");
+        let (before, after) = (names(&observed["before"]), names(&observed["after"]));
+        assert_the_unit_converter_went(&observed, before, after);
+        let listens = exchanges(&observed, "POST", Some("subscriptions/listen"));
+        assert_eq!(listens.len(), 1, "{observed}");
+        assert!(
+            text(&listens[0]["contentType"]).starts_with("text/event-stream"),
+            "{observed}"
+        );
+        assert_stateless(&observed);
+    }
+}
+
+#[test]
+fn the_sdk_sees_a_listen_end_gracefully_after_listen_max_ms() {
+    let node = builder().env("AGORA_MCP__LISTEN_MAX_MS", "2000").start();
+    for mode in MODERN_MODES {
+        let observed = sdk_in(&node, mode, "listen-end", &[]);
+        assert_eq!(
+            observed["ended"], "graceful",
+            "{mode}: no SubscriptionLost: {observed}"
+        );
+        assert_eq!(observed["events"], json!([]), "{observed}");
+    }
+}
+
+#[test]
+fn a_listen_stream_ends_gracefully_when_the_node_stops() {
+    for mode in MODERN_MODES {
+        let node = node();
+        let scenario = sdk_until_ready(&node, mode, "listen-end");
+        let status = node.stop();
+        assert!(status.success(), "{mode}: the node's exit: {status}");
+        let observed = scenario.observed();
+        assert_eq!(
+            observed["ended"], "graceful",
+            "{mode}: the listen's result, not SubscriptionLost: {observed}"
+        );
+    }
 }
 
 /// The entries of list `list` over the pages a scenario observed, each page
@@ -478,6 +670,24 @@ fn listed(pages: &Value, list: &str, field: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// After `unit-converter.wasm` was removed: the lists a reload scenario saw
+/// before and after differ by its tool and its protocol document, and only so.
+fn assert_the_unit_converter_went(observed: &Value, before: BTreeSet<String>, after: BTreeSet<String>) {
+    let mut expected = before;
+    assert!(expected.remove("convert_units"), "{observed}");
+    assert_eq!(after, expected, "{observed}");
+    let uris = |pages: &Value| listed(pages, "resources", "uri");
+    let (unit_conversion, _) = document_uri("unit-conversion.md");
+    assert!(
+        uris(&observed["resourcesBefore"]).contains(&unit_conversion),
+        "{observed}"
+    );
+    assert!(
+        !uris(&observed["resourcesAfter"]).contains(&unit_conversion),
+        "{observed}"
+    );
+}
+
 /// The SHA1 of a bundled protocol document, as its resource URI names it.
 fn document_uri(file: &str) -> (String, String) {
     let text = std::fs::read_to_string(support::repo_root().join("protocols").join(file))
@@ -499,11 +709,20 @@ fn every_protocol_document_is_a_resource_read_byte_for_byte_across_pages() {
         format!("agora://protocols/{}", "0".repeat(40)),
         "file:///etc/passwd".to_string(),
     );
-    let observed = sdk(&node, "resources", &[&unknown_hash, &malformed]);
-    assert_eq!(
-        observed["capabilities"]["resources"]["listChanged"], true,
-        "{observed}"
-    );
+    for mode in MODES {
+        resources_are_served_in(&node, mode, &unknown_hash, &malformed);
+    }
+}
+
+fn resources_are_served_in(node: &TestNode, mode: &str, unknown_hash: &str, malformed: &str) {
+    let observed = sdk_in(node, mode, "resources", &[unknown_hash, malformed]);
+    // A pinned client asks for no capabilities (it never discovers).
+    if mode != "2026-07-28" {
+        assert_eq!(
+            observed["capabilities"]["resources"]["listChanged"], true,
+            "{mode}: {observed}"
+        );
+    }
 
     let pages = observed["pages"].as_array().expect("pages");
     let expected: BTreeSet<(String, String)> = ["guess-number.md", "unit-conversion.md"]
@@ -544,11 +763,18 @@ fn every_protocol_document_is_a_resource_read_byte_for_byte_across_pages() {
             "the exact bytes of {uri}"
         );
         assert_eq!(read["contents"][0]["mimeType"], "text/markdown", "{read}");
+        // Content-addressed, so a 2026 client may keep it (mcp.resource_ttl_ms).
+        let ttl = if mode == "legacy" {
+            json!(0)
+        } else {
+            json!(3_600_000)
+        };
+        assert_eq!(read["ttlMs"], ttl, "{mode}: {read}");
     }
-    for uri in [&unknown_hash, &malformed] {
+    for uri in [unknown_hash, malformed] {
         let read = reads
             .iter()
-            .find(|r| r["uri"] == uri.as_str())
+            .find(|r| r["uri"] == uri)
             .expect("the unknown ones read");
         assert_eq!(read["error"], "MCPError", "{read}");
         assert_eq!(read["code"], -32602, "{read}");
@@ -563,7 +789,7 @@ fn every_protocol_document_is_a_resource_read_byte_for_byte_across_pages() {
 #[test]
 fn ten_sessions_in_parallel_each_initialize_and_call() {
     let node = node();
-    let observed = sdk(&node, "parallel", &["10"]);
+    let observed = sdk_in(&node, "legacy", "parallel", &["10"]);
     let clients = observed["clients"].as_array().expect("clients");
     assert_eq!(clients.len(), 10, "{observed}");
     let mut sessions = BTreeSet::new();
@@ -574,6 +800,97 @@ fn ten_sessions_in_parallel_each_initialize_and_call() {
         sessions.insert(text(&client["sessionId"]).to_string());
     }
     assert_eq!(sessions.len(), 10, "distinct session ids: {observed}");
+}
+
+#[test]
+fn ten_modern_clients_in_parallel_hold_no_session() {
+    let node = node();
+    let observed = sdk(&node, "parallel", &["10"]);
+    let clients = observed["clients"].as_array().expect("clients");
+    assert_eq!(clients.len(), 10, "{observed}");
+    for client in clients {
+        let converted = assert_ok_result(&client["result"]);
+        let value = client["value"].as_f64().unwrap();
+        assert_eq!(converted["value"], value * 1000.0, "{client}");
+        assert!(client["sessionId"].is_null(), "{client}");
+    }
+}
+
+/// `rounds` against the report tool: the first answer, then each step of `plan`.
+fn rounds(node: &TestNode, mode: &str, plan: &str) -> Value {
+    let arguments = json!({"inspection_id": "INS-2024-001"}).to_string();
+    let other = json!({"inspection_id": "INS-2024-002"}).to_string();
+    sdk_in(
+        node,
+        mode,
+        "rounds",
+        &[REPORT, &arguments, plan, "--other-args", &other],
+    )
+}
+
+#[test]
+fn a_wrong_tampered_rebound_or_replayed_answer_is_refused() {
+    let node = node();
+    for mode in MODERN_MODES {
+        let before = tool_calls(&node, "inspection-tools");
+        let observed = rounds(
+            &node,
+            mode,
+            "wrongkey,tamper,noanswer,otherargs,othertool,ok,replay,fresh",
+        );
+        let first = &observed["first"];
+        assert_eq!(first["resultType"], "input_required", "{mode}: {observed}");
+        let requests = first["inputRequests"].as_object().expect("inputRequests");
+        assert_eq!(requests.len(), 1, "{observed}");
+        let (key, asked) = requests.iter().next().unwrap();
+        assert!(key.starts_with("appr_"), "{observed}");
+        assert_eq!(asked["method"], "elicitation/create", "{observed}");
+        assert_eq!(asked["params"]["mode"], "form", "{observed}");
+        assert!(text(&first["requestState"]).starts_with("r1."), "{observed}");
+        let steps = observed["steps"].as_array().expect("steps");
+        let step = |name: &str| {
+            steps
+                .iter()
+                .find(|s| s["step"] == name)
+                .unwrap_or_else(|| panic!("{name}: {observed}"))
+        };
+        for refused in ["wrongkey", "tamper", "noanswer", "otherargs", "replay"] {
+            let step = step(refused);
+            assert_eq!(step["error"], "MCPError", "{mode} {refused}: {observed}");
+            assert_eq!(step["code"], -32602, "{mode} {refused}: {observed}");
+            assert!(text(&step["message"]).contains("requestState"), "{step}");
+        }
+        // Another tool, which needs no approval, runs as asked: the state bought nothing.
+        let other = step("othertool");
+        assert_eq!(assert_ok_result(other)["value"], 1000.0, "{observed}");
+        let ran = assert_ok_result(step("ok"));
+        assert!(
+            text(&ran["summary"]).starts_with("Generated report"),
+            "{observed}"
+        );
+        // A refusal consumed nothing: a fresh round still runs once.
+        assert_ok_result(step("fresh"));
+        assert_eq!(
+            tool_calls(&node, "inspection-tools"),
+            before + 2,
+            "{mode}: exactly the ok and the fresh answer ran: {observed}"
+        );
+        for exchange in exchanges(&observed, "POST", Some("tools/call")) {
+            let status = exchange["status"].as_u64().unwrap();
+            assert!(status == 200 || status == 400, "{exchange}");
+        }
+    }
+}
+
+#[test]
+fn a_round_answered_after_its_deadline_is_refused() {
+    let node = builder().env("AGORA_TOOLS__APPROVAL_TIMEOUT_MS", "1000").start();
+    let arguments = json!({"inspection_id": "INS-2024-001"}).to_string();
+    // "late" waits past the round's deadline before answering.
+    let observed = sdk_in(&node, "2026-07-28", "rounds", &[REPORT, &arguments, "late"]);
+    let late = &observed["steps"][0];
+    assert_eq!(late["code"], -32602, "{observed}");
+    assert_eq!(tool_calls(&node, "inspection-tools"), 0);
 }
 
 // ---------------------------------------------------------------- raw sockets
@@ -688,21 +1005,324 @@ fn assert_serves(node: &TestNode, session: &str) {
     assert_eq!(pong["result"], json!({}), "{pong}");
 }
 
+/// A 2026-07-28 request body: `params` with the envelope in `_meta`.
+fn modern_request(id: i64, method: &str, mut params: Value) -> Vec<u8> {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+    });
+    request(id, method, params)
+}
+
+/// POST a 2026 request with its routing headers (`mcp-method` = `method`), and `extra`.
+fn modern_post(node: &TestNode, method: &str, extra: &[(&str, &str)], body: &[u8]) -> HttpReply {
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("accept", ACCEPT),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    headers.extend_from_slice(extra);
+    post_with_headers(&node.url(MCP_PATH), &headers, body)
+}
+
 #[test]
-fn discover_is_refused_so_that_clients_fall_back() {
+fn discover_answers_the_2026_era() {
     let node = node();
-    let reply = post_with_headers(
-        &node.url(MCP_PATH),
-        &[
-            ("content-type", "application/json"),
-            ("accept", ACCEPT),
-            ("mcp-protocol-version", "2026-07-28"),
-        ],
-        &request(1, "server/discover", json!({})),
+    let reply = modern_post(
+        &node,
+        "server/discover",
+        &[],
+        &modern_request(1, "server/discover", json!({})),
     );
-    assert_eq!(reply.status, 400, "{}", reply.body);
-    assert_eq!(error_code(&reply), -32601, "{}", reply.body);
-    assert_eq!(reply.json()["id"], 1, "{}", reply.body);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.header("mcp-session-id").is_none(), "no session at 2026");
+    let answer = answer(&reply);
+    assert_eq!(answer["id"], 1, "{answer}");
+    let result = &answer["result"];
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]), "{result}");
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert_eq!(result["ttlMs"], 0, "{result}");
+    assert_eq!(result["cacheScope"], "private", "{result}");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "agora-node",
+        "{result}"
+    );
+    assert!(
+        result["capabilities"]["resources"].get("subscribe").is_none(),
+        "{result}"
+    );
+}
+
+#[test]
+fn the_envelope_ladder() {
+    let node = node();
+    let refused = |reply: HttpReply, status: u16, code: i64| {
+        assert_eq!(reply.status, status, "{}", reply.body);
+        assert_eq!(error_code(&reply), code, "{}", reply.body);
+        reply.json()
+    };
+    let list = |params: Value| request(1, "tools/list", params);
+    // No _meta, or one without the client's capabilities.
+    refused(
+        modern_post(&node, "tools/list", &[], &list(json!({}))),
+        400,
+        -32602,
+    );
+    let half = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+    refused(modern_post(&node, "tools/list", &[], &list(half)), 400, -32602);
+    // Headers that disagree with the body, or repeat.
+    let listing = modern_request(1, "tools/list", json!({}));
+    refused(modern_post(&node, "tools/call", &[], &listing), 400, -32020);
+    refused(
+        modern_post(&node, "tools/list", &[("mcp-method", "tools/list")], &listing),
+        400,
+        -32020,
+    );
+    let other_version = [
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", "2099-01-01"),
+        ("mcp-method", "tools/list"),
+    ];
+    refused(
+        post_with_headers(&node.url(MCP_PATH), &other_version, &listing),
+        400,
+        -32020,
+    );
+    let call = |name: &str| {
+        modern_request(
+            2,
+            "tools/call",
+            json!({"name": name, "arguments": {"value": 1, "from": "km", "to": "m"}}),
+        )
+    };
+    refused(
+        modern_post(
+            &node,
+            "tools/call",
+            &[("mcp-name", "trivia_knowledge")],
+            &call("convert_units"),
+        ),
+        400,
+        -32020,
+    );
+    // The SDK's sentinel for a value that is not plain ASCII is the name it wraps.
+    let wrapped = modern_post(
+        &node,
+        "tools/call",
+        &[("mcp-name", "=?base64?Y29udmVydF91bml0cw==?=")],
+        &call("convert_units"),
+    );
+    assert_eq!(
+        answer(&wrapped)["result"]["resultType"],
+        "complete",
+        "{}",
+        wrapped.body
+    );
+    // A revision the node does not serve, in both places.
+    let mut future: Value = serde_json::from_slice(&listing).unwrap();
+    future["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let future_headers = [
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", "2099-01-01"),
+        ("mcp-method", "tools/list"),
+    ];
+    let unsupported = refused(
+        post_with_headers(
+            &node.url(MCP_PATH),
+            &future_headers,
+            future.to_string().as_bytes(),
+        ),
+        400,
+        -32022,
+    );
+    assert_eq!(
+        unsupported["error"]["data"]["requested"], "2099-01-01",
+        "{unsupported}"
+    );
+    let supported = unsupported["error"]["data"]["supported"].as_array().unwrap();
+    assert!(supported.contains(&json!("2026-07-28")), "{unsupported}");
+    assert!(
+        supported.contains(&json!("2025-11-25")),
+        "so a newer client falls back: {unsupported}"
+    );
+    // What 2026 does not have.
+    for method in ["ping", "initialize", "resources/subscribe", "no/such"] {
+        refused(
+            modern_post(&node, method, &[], &modern_request(3, method, json!({}))),
+            404,
+            -32601,
+        );
+    }
+    // A notification is taken; a response or a batch is not a request.
+    let noted = modern_post(
+        &node,
+        "notifications/cancelled",
+        &[],
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#,
+    );
+    assert_eq!(noted.status, 202, "{}", noted.body);
+    refused(
+        modern_post(
+            &node,
+            "tools/list",
+            &[],
+            br#"{"jsonrpc":"2.0","id":"appr_1","result":{}}"#,
+        ),
+        400,
+        -32600,
+    );
+    refused(
+        modern_post(
+            &node,
+            "tools/list",
+            &[],
+            &[b"[".as_slice(), &listing, b"]"].concat(),
+        ),
+        400,
+        -32600,
+    );
+    // GET and DELETE carry no meaning at 2026.
+    for reply in [
+        support::get_with_headers(
+            &node.url(MCP_PATH),
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("accept", "text/event-stream"),
+            ],
+        ),
+        support::delete_with_headers(&node.url(MCP_PATH), &[("mcp-protocol-version", "2026-07-28")]),
+    ] {
+        assert_eq!(reply.status, 405, "{}", reply.body);
+        assert_eq!(reply.header("allow"), Some("POST"), "{}", reply.body);
+    }
+    // A listen must be able to stream.
+    let listen = modern_request(
+        4,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    let json_only = [
+        ("content-type", "application/json"),
+        ("accept", "application/json"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    let not_acceptable = post_with_headers(&node.url(MCP_PATH), &json_only, &listen);
+    assert_eq!(not_acceptable.status, 406, "{}", not_acceptable.body);
+    // The node's own policies hold in the new era too.
+    let tokened = builder().env("AGORA_MCP__TOKEN", "s3cret").start();
+    let unauthorized = modern_post(&tokened, "tools/list", &[], &listing);
+    assert_eq!(unauthorized.status, 401, "{}", unauthorized.body);
+    assert_eq!(unauthorized.header("www-authenticate"), Some("Bearer"));
+    let authorized = modern_post(
+        &tokened,
+        "tools/list",
+        &[("authorization", "Bearer s3cret")],
+        &listing,
+    );
+    assert_eq!(
+        answer(&authorized)["result"]["resultType"],
+        "complete",
+        "{}",
+        authorized.body
+    );
+}
+
+/// A raw `subscriptions/listen` kept open: the socket, once the node acknowledged it.
+fn open_listen(node: &TestNode, id: &str) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let url = node.url(MCP_PATH);
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(&authority).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut body: Value = serde_json::from_slice(&modern_request(
+        0,
+        "subscriptions/listen",
+        json!({
+            "notifications": {"toolsListChanged": true, "resourcesListChanged": true},
+        }),
+    ))
+    .unwrap();
+    body["id"] = json!(id);
+    let body = body.to_string();
+    let head = format!(
+        "POST {MCP_PATH} HTTP/1.1\r\nHost: {authority}\r\ncontent-type: application/json\r\naccept: {ACCEPT}\r\n\
+         mcp-protocol-version: 2026-07-28\r\nmcp-method: subscriptions/listen\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    for _ in 0..1000 {
+        if seen.contains("notifications/subscriptions/acknowledged") || seen.contains("\r\n\r\n{") {
+            break;
+        }
+        let read = stream.read(&mut buffer).expect("the listen's answer");
+        if read == 0 {
+            break;
+        }
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    }
+    (stream, seen)
+}
+
+/// Read an open stream until `needle` (or its end): what was read.
+fn read_until(stream: &mut std::net::TcpStream, needle: &str) -> String {
+    use std::io::Read;
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    for _ in 0..1000 {
+        if seen.contains(needle) {
+            break;
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => seen.push_str(&String::from_utf8_lossy(&buffer[..read])),
+        }
+    }
+    seen
+}
+
+#[test]
+fn listen_streams_are_bounded_per_address_and_end_gracefully() {
+    let node = builder()
+        .env("AGORA_MCP__MAX_LISTEN_STREAMS_PER_IP", "2")
+        .env("AGORA_MCP__LISTEN_MAX_MS", "3000")
+        .start();
+    let (mut first, acked) = open_listen(&node, "listen-1");
+    assert!(acked.contains("text/event-stream"), "{acked}");
+    assert!(acked.contains(r#""toolsListChanged":true"#), "{acked}");
+    assert!(
+        acked.contains(r#""io.modelcontextprotocol/subscriptionId":"listen-1""#),
+        "{acked}"
+    );
+    let (_second, acked) = open_listen(&node, "listen-2");
+    assert!(
+        acked.contains("notifications/subscriptions/acknowledged"),
+        "{acked}"
+    );
+    let (_third, refused) = open_listen(&node, "listen-3");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("-32000"), "a JSON-RPC error body: {refused}");
+    assert!(!refused.contains("acknowledged"), "{refused}");
+    // After mcp.listen_max_ms the stream ends with the listen's own result, and its place is free.
+    let ended = read_until(&mut first, r#""resultType":"complete""#);
+    assert!(ended.contains(r#""id":"listen-1""#), "{ended}");
+    assert!(!ended.contains("\nid:"), "no SSE event ids at 2026: {ended}");
+    drop(first);
+    let (_fourth, acked) = open_listen(&node, "listen-4");
+    assert!(
+        acked.contains("acknowledged"),
+        "a place freed by the graceful end: {acked}"
+    );
 }
 
 #[test]

@@ -14,7 +14,10 @@
 //!   timeout on A, which never saw those requests, and once the client stops
 //!   it ends on both;
 //! - the real Python `mcp` client, its requests sent to A and B in turn,
-//!   calls tools and answers an approval form in one session.
+//!   calls tools and answers an approval form in one session (legacy mode),
+//!   and, at 2026-07-28 with no session at all, has a round minted on one
+//!   node answered on the other; a round's answer runs its tool once across
+//!   the fleet, a replay on the other node is refused.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
@@ -230,23 +233,27 @@ fn a_session_in_use_on_one_node_outlives_its_idle_timeout_on_the_other_then_ends
     assert_ended(&b, CLIENT, &session);
 }
 
-#[test]
-fn the_python_sdk_with_its_requests_sent_to_each_node_in_turn_calls_and_approves() {
-    let (a, b) = fleet();
+/// The SDK in `mode` calling the three tools, its requests sent to `a` and `b` in turn.
+fn sdk_across(a: &TestNode, b: &TestNode, mode: &str) -> Value {
     let calls = json!([
         ["convert_units", {"value": 5, "from": "km", "to": "m"}],
         ["generate_inspection_report", {"inspection_id": "INS-2024-001"}],
         ["search_regulations", {"query": "food storage", "limit": 2}],
     ])
     .to_string();
-    let observed = crate::support::run_scenario(
+    crate::support::run_scenario(
         &crate::support::mcp_python(),
         "tests/interop/mcp/fleet_client.py",
         &calls,
         &a.url("/mcp"),
-        &[&b.url("/mcp")],
-        &a,
-    );
+        &[&b.url("/mcp"), "--mode", mode],
+        a,
+    )
+}
+
+/// What `sdk_across` observed: its three calls answered, the report's after
+/// the one approval form the client was shown.
+fn assert_three_calls_with_the_report_approved_once(observed: &Value) {
     let results = observed["results"].as_array().expect("results");
     assert_eq!(results.len(), 3, "{observed}");
     for result in results {
@@ -264,6 +271,104 @@ fn the_python_sdk_with_its_requests_sent_to_each_node_in_turn_calls_and_approves
         Some(1),
         "{observed}"
     );
+}
+
+#[test]
+fn a_modern_client_spread_over_the_fleet_is_served_without_a_session() {
+    let (a, b) = fleet();
+    let observed = sdk_across(&a, &b, "auto");
+    assert_three_calls_with_the_report_approved_once(&observed);
+    let exchanges = observed["exchanges"].as_array().expect("exchanges");
+    assert_eq!(exchanges[0]["rpc"], "server/discover", "{observed}");
+    assert!(observed["sessionId"].is_null(), "{observed}");
+    for exchange in exchanges {
+        assert_eq!(exchange["version"], "2026-07-28", "{exchange}");
+        assert!(
+            exchange["sentSession"].is_null() && exchange["session"].is_null(),
+            "{exchange}"
+        );
+        assert_eq!(
+            exchange["status"], 200,
+            "every request served, wherever it went: {observed}"
+        );
+    }
+    // The report's round: asked on one node, its answer taken by the other.
+    let report_calls: Vec<&Value> = exchanges
+        .iter()
+        .filter(|exchange| exchange["mcpName"] == "generate_inspection_report")
+        .collect();
+    assert_eq!(
+        report_calls.len(),
+        2,
+        "the call and its answered retry: {observed}"
+    );
+    assert_ne!(report_calls[0]["port"], report_calls[1]["port"], "{observed}");
+}
+
+/// A raw 2026 `tools/call` of the report to `node`, from a client that takes forms;
+/// `round` is the answer (`requestState`, the approval's id) when given.
+fn modern_report(node: &TestNode, round: Option<(&str, &str)>) -> crate::support::HttpReply {
+    let mut params = json!({
+        "name": "generate_inspection_report",
+        "arguments": {"inspection_id": "INS-2024-001"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        },
+    });
+    if let Some((state, key)) = round {
+        params["requestState"] = json!(state);
+        params["inputResponses"] = json!({key: {"action": "accept", "content": {"approve": true}}});
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+    crate::support::post_with_headers(
+        &node.url("/mcp"),
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "generate_inspection_report"),
+        ],
+        body.as_bytes(),
+    )
+}
+
+#[test]
+fn a_round_minted_on_one_node_is_redeemed_once_across_the_fleet() {
+    let (a, b) = fleet();
+    for (asker, answerer, replayer) in [(&a, &b, &a), (&b, &a, &b)] {
+        let asked = modern_report(asker, None).json();
+        let result = &asked["result"];
+        assert_eq!(result["resultType"], "input_required", "{asked}");
+        let state = result["requestState"].as_str().expect("requestState");
+        let key = result["inputRequests"]
+            .as_object()
+            .expect("inputRequests")
+            .keys()
+            .next()
+            .unwrap()
+            .clone();
+        let ran = modern_report(answerer, Some((state, &key)));
+        assert_eq!(ran.status, 200, "{}", ran.body);
+        let summary = ran.json()["result"]["structuredContent"]["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(summary.starts_with("Generated report"), "{}", ran.body);
+        for node in [replayer, answerer] {
+            let replayed = modern_report(node, Some((state, &key)));
+            assert_eq!(replayed.status, 400, "{}", replayed.body);
+            assert_eq!(replayed.json()["error"]["code"], -32602, "{}", replayed.body);
+        }
+    }
+}
+
+#[test]
+fn the_python_sdk_with_its_requests_sent_to_each_node_in_turn_calls_and_approves() {
+    let (a, b) = fleet();
+    let observed = sdk_across(&a, &b, "legacy");
+    assert_three_calls_with_the_report_approved_once(&observed);
     let exchanges = observed["exchanges"].as_array().expect("exchanges");
     for node in [&a, &b] {
         assert!(
@@ -275,11 +380,8 @@ fn the_python_sdk_with_its_requests_sent_to_each_node_in_turn_calls_and_approves
         );
     }
     let session = observed["sessionId"].as_str().expect("a session id");
-    // From the handshake on (the SDK first tries the stateless era's `server/discover`).
-    let in_session = exchanges
-        .iter()
-        .skip_while(|exchange| exchange["rpc"] != "initialize")
-        .skip(1);
+    assert_eq!(exchanges[0]["rpc"], "initialize", "legacy mode: {observed}");
+    let in_session = exchanges.iter().skip(1);
     for exchange in in_session {
         assert_eq!(exchange["sentSession"], session, "{exchange}");
         assert!(

@@ -685,7 +685,7 @@ fn fixtures_out() -> PathBuf {
 /// tests/fixtures-py/agent built for the world `agent-http` (`agent`, and the
 /// wasi:http bindings `http_request` uses; the node's `types` keeps its name)
 /// with the SDK's helper.
-fn built_python_agent() -> &'static Path {
+pub(crate) fn built_python_agent() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let out = fixtures_out().join("fixture_py_agent.wasm");
@@ -717,7 +717,7 @@ fn built_python_agent() -> &'static Path {
 /// tests/fixtures-js/agent type-checked against the world's declarations and
 /// the SDK's helper, and built for the world `agent` with `fetch()` (componentize-js's
 /// `http` feature; incoming `fetch-event`s off), with js-unit-converter's tools.
-fn built_js_agent() -> &'static Path {
+pub(crate) fn built_js_agent() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let tools = js_installed("js-unit-converter").join("node_modules/.bin");

@@ -746,6 +746,64 @@ pub fn run_scenario(
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{scenario}: not one JSON line ({e}): {stdout}"))
 }
 
+/// A peer's scenario started like [`run_scenario`] that prints `ready` once
+/// what it opened is in place (a stream it listens on), so the test acts on
+/// the node only then; [`ReadyScenario::observed`] reads its last JSON line.
+pub struct ReadyScenario {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    what: String,
+}
+
+impl ReadyScenario {
+    pub fn start(
+        python: &Path,
+        script: &str,
+        scenario: &str,
+        url: &str,
+        args: &[&str],
+        node: &TestNode,
+    ) -> Self {
+        let mut child = Command::new(python)
+            .arg(repo_root().join(script))
+            .arg(scenario)
+            .arg(url)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {script}: {e}"));
+        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert_eq!(
+            ready,
+            "ready",
+            "{script} {scenario} {args:?}: the first line; node log:\n{}",
+            node.log_text()
+        );
+        ReadyScenario {
+            child,
+            lines,
+            what: format!("{script} {scenario} {args:?}"),
+        }
+    }
+
+    /// What the scenario observed, once it has ended (a failing one fails the test).
+    pub fn observed(self) -> serde_json::Value {
+        let last = self.lines.map_while(Result::ok).last().unwrap_or_default();
+        let output = self.child.wait_with_output().expect("the scenario's exit");
+        assert!(
+            output.status.success(),
+            "{} failed: {}\nstdout: {last}\nstderr: {}",
+            self.what,
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(&last)
+            .unwrap_or_else(|e| panic!("{}: not one JSON line ({e}): {last}", self.what))
+    }
+}
+
 /// The venv of the reference MCP SDK: the client driving the node's MCP server
 /// and the FastMCP server the node calls as a client (one list, one venv).
 pub fn mcp_python() -> PathBuf {

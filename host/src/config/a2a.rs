@@ -42,6 +42,22 @@ pub struct A2aConfig {
     pub max_stored_task_bytes_per_client: u64,
     /// Bytes of stored tasks of every client together.
     pub max_stored_task_bytes: u64,
+    /// Push notifications: the config CRUD methods and deliveries (the card's `pushNotifications`).
+    pub push_enabled: bool,
+    /// A webhook must be in `outbound.allowed_hosts`; false: an unlisted public one (or one
+    /// in `outbound.allowed_private`) is allowed too.
+    pub push_allowed_hosts_only: bool,
+    pub push_max_configs_per_task: usize,
+    pub push_max_configs_per_client: u64,
+    /// The first retry's delay, doubled per attempt up to `push_retry_max_interval_ms`.
+    pub push_retry_initial_ms: u64,
+    pub push_retry_max_interval_ms: u64,
+    /// A delivery not accepted this long after it was owed is dropped.
+    pub push_retry_for_ms: u64,
+    /// Deliveries owed at once, in the whole store; beyond, new ones are dropped.
+    pub push_max_pending: usize,
+    /// Deliveries this node attempts at once.
+    pub push_max_concurrent: usize,
 }
 
 impl A2aConfig {
@@ -67,6 +83,24 @@ impl A2aConfig {
             return Err(invalid(
                 "a2a.rest_path",
                 "must not be \"/\" nor a2a.path: the HTTP+JSON binding needs a path of its own",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Backoff that grows: the first retry within the longest interval, and
+    /// that within the time a delivery is retried for.
+    fn validate_push_retry(&self) -> Result<(), ConfigError> {
+        if self.push_retry_initial_ms > self.push_retry_max_interval_ms {
+            return Err(invalid(
+                "a2a.push_retry_initial_ms",
+                "must not exceed a2a.push_retry_max_interval_ms",
+            ));
+        }
+        if self.push_retry_max_interval_ms > self.push_retry_for_ms {
+            return Err(invalid(
+                "a2a.push_retry_max_interval_ms",
+                "must not exceed a2a.push_retry_for_ms",
             ));
         }
         Ok(())
@@ -107,7 +141,21 @@ impl A2aConfig {
                 self.max_stored_task_bytes_per_client,
             ),
             ("a2a.max_stored_task_bytes", self.max_stored_task_bytes),
+            (
+                "a2a.push_max_configs_per_task",
+                self.push_max_configs_per_task as u64,
+            ),
+            (
+                "a2a.push_max_configs_per_client",
+                self.push_max_configs_per_client,
+            ),
+            ("a2a.push_retry_initial_ms", self.push_retry_initial_ms),
+            ("a2a.push_retry_max_interval_ms", self.push_retry_max_interval_ms),
+            ("a2a.push_retry_for_ms", self.push_retry_for_ms),
+            ("a2a.push_max_pending", self.push_max_pending as u64),
+            ("a2a.push_max_concurrent", self.push_max_concurrent as u64),
         ])?;
+        self.validate_push_retry()?;
         if !self.public_url.is_empty() {
             let parsed =
                 url::Url::parse(&self.public_url).map_err(|e| invalid("a2a.public_url", e.to_string()))?;
@@ -142,5 +190,19 @@ mod tests {
         assert!(with("").unwrap().a2a.serves_rest());
         assert!(!with("[a2a]\nrest_path = \"\"").unwrap().a2a.serves_rest());
         with("[a2a]\nrest_path = \"/agent/http\"").unwrap();
+    }
+
+    #[test]
+    fn push_retries_back_off_within_their_bounds() {
+        for (toml, key) in [
+            ("push_retry_initial_ms = 0", "a2a.push_retry_initial_ms"),
+            ("push_retry_initial_ms = 70000", "a2a.push_retry_initial_ms"),
+            ("push_retry_for_ms = 1000", "a2a.push_retry_max_interval_ms"),
+            ("push_max_configs_per_task = 0", "a2a.push_max_configs_per_task"),
+        ] {
+            let refused = with(&format!("[a2a]\n{toml}")).unwrap_err().to_string();
+            assert!(refused.contains(key), "{toml}: {refused}");
+        }
+        assert!(with("").unwrap().a2a.push_enabled);
     }
 }

@@ -31,6 +31,17 @@ pub struct McpConfig {
     pub session_idle_timeout_ms: u64,
     pub max_calls_per_session: usize,
     pub page_size: usize,
+    /// The largest prompt a plugin may render for `prompts/get`, in bytes.
+    pub max_prompt_bytes: usize,
+    /// 2026-07-28: `subscriptions/listen` streams open node-wide and per client address.
+    pub max_listen_streams: usize,
+    pub max_listen_streams_per_ip: usize,
+    /// 2026-07-28: a listen stream ends gracefully after this long (the client listens again).
+    pub listen_max_ms: u64,
+    /// 2026-07-28: `tools/call`s running at once per client address (no session to count them by).
+    pub max_calls_per_ip: usize,
+    /// 2026-07-28: the `ttlMs` of a `resources/read` answer (documents are content-addressed).
+    pub resource_ttl_ms: u64,
     /// MCP servers plugins may call through `call-tool`, by name.
     pub servers: BTreeMap<String, McpServerConfig>,
 }
@@ -67,7 +78,21 @@ impl McpConfig {
             ("mcp.session_idle_timeout_ms", mcp.session_idle_timeout_ms),
             ("mcp.max_calls_per_session", mcp.max_calls_per_session as u64),
             ("mcp.page_size", mcp.page_size as u64),
+            ("mcp.max_prompt_bytes", mcp.max_prompt_bytes as u64),
+            ("mcp.max_listen_streams", mcp.max_listen_streams as u64),
+            (
+                "mcp.max_listen_streams_per_ip",
+                mcp.max_listen_streams_per_ip as u64,
+            ),
+            ("mcp.listen_max_ms", mcp.listen_max_ms),
+            ("mcp.max_calls_per_ip", mcp.max_calls_per_ip as u64),
         ])?;
+        if mcp.max_listen_streams_per_ip > mcp.max_listen_streams {
+            return Err(invalid(
+                "mcp.max_listen_streams_per_ip",
+                "is larger than mcp.max_listen_streams, which bounds every address together",
+            ));
+        }
         if mcp.enabled && mcp.token.is_empty() && !mcp.allow_anonymous {
             let (key, listen) = if mcp.listen.is_empty() {
                 ("listen", node.listen.as_str())

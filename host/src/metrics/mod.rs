@@ -140,6 +140,11 @@ pub struct MetricFamilies {
     pub plugin_http: Family<PluginOutcomeLabels, Counter>,
     /// Plugins' scheduled runs by outcome (`ok`, `failed`, `skipped` while the previous ran).
     pub schedule_runs: Family<PluginOutcomeLabels, Counter>,
+    /// A2A push deliveries by outcome (`delivered`, `retried`, `rejected`,
+    /// `expired`, `refused`, `dropped`).
+    pub a2a_push_deliveries: Family<OutcomeLabels, Counter>,
+    /// A2A push deliveries owed, as this node's last look at the outbox found them.
+    pub a2a_push_pending: Gauge,
     /// The last fifteen minutes, for the console ([`recent`]).
     pub recent: Recent,
 }
@@ -247,8 +252,22 @@ impl Metrics {
             "Scheduled runs of plugins (tick) by outcome; skipped: the previous run was still going",
             schedule_runs.clone(),
         );
+        let a2a_push_deliveries = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "a2a_push_deliveries",
+            "A2A push notification delivery attempts by outcome (delivered, retried, rejected, expired, refused, dropped)",
+            a2a_push_deliveries.clone(),
+        );
+        let a2a_push_pending = Gauge::default();
+        registry.register(
+            "a2a_push_pending",
+            "A2A push notification deliveries owed, at this node's last look",
+            a2a_push_pending.clone(),
+        );
         Metrics(Arc::new(MetricFamilies {
             registry,
+            a2a_push_deliveries,
+            a2a_push_pending,
             llm_calls,
             llm_tokens,
             llm_duration,

@@ -63,6 +63,8 @@ pub struct Node {
     listeners: Vec<(SocketAddr, TcpListener, Router)>,
     limits: ListenerLimits,
     tls: Option<listener::Tls>,
+    /// Turns [`NodeState::stopping`] on when the node begins to stop.
+    stop: watch::Sender<bool>,
     _watcher: Option<watcher::PluginWatcher>,
 }
 
@@ -115,6 +117,7 @@ impl Node {
         if let Some(warning) = browser.open_names_warning() {
             tracing::warn!("{warning}");
         }
+        let (stop, stopping) = watch::channel(false);
         let state = NodeState {
             config: config.clone(),
             runtime,
@@ -122,6 +125,7 @@ impl Node {
             started: Instant::now(),
             browser: Arc::new(browser),
             background: background.clone(),
+            stopping,
         };
         let every = Duration::from_secs(config.store.sweep_interval_secs.max(1));
         if store.is_shared() {
@@ -182,6 +186,7 @@ impl Node {
             limits: ListenerLimits::new(&config.http, metrics)
                 .with_larger_bodies(crate::console::larger_bodies(&config)),
             tls,
+            stop,
             _watcher: Some(watcher),
         })
     }
@@ -205,7 +210,7 @@ impl Node {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_rx = self.stop.subscribe();
         let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
         let mut servers = Vec::new();
         for (addr, listener, router) in self.listeners {
@@ -226,7 +231,7 @@ impl Node {
         shutdown.await;
         tracing::info!("shutting down; draining in-flight requests");
         let deadline = Instant::now() + grace;
-        let _ = stop_tx.send(true);
+        self.stop.send_replace(true);
         let drain = futures::future::join_all(servers);
         if tokio::time::timeout(grace, drain).await.is_err() {
             tracing::warn!(

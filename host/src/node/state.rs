@@ -25,4 +25,8 @@ pub struct NodeState {
     pub browser: Arc<BrowserPolicy>,
     /// Where a transport starts a task that outlives its requests, so shutdown ends it.
     pub background: Background,
+    /// Turns true when the node begins to stop: a stream that can end in a
+    /// way its client takes as "come back later" (an MCP listen's result)
+    /// ends so, rather than being cut when the drain's grace runs out.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }

@@ -87,11 +87,11 @@ fn refused(url: String, response: &http_client::HttpResponse) -> AlmanacError {
 /// `uagents.almanac_replies_allowed_hosts_only`, any public address or one in
 /// `outbound.allowed_private` (a name's addresses are checked when connecting).
 pub fn check_reply_endpoint(url: &str, config: &Config) -> Result<url::Url, ClientError> {
-    match http_client::check_allowed(url, &config.outbound.allowed_hosts) {
-        Ok(listed) => Ok(listed),
-        Err(unlisted) if config.uagents.almanac_replies_allowed_hosts_only => Err(unlisted),
-        Err(_) => http_client::check_unlisted(url),
-    }
+    http_client::check_destination(
+        url,
+        &config.outbound.allowed_hosts,
+        config.uagents.almanac_replies_allowed_hosts_only,
+    )
 }
 
 /// `{almanac_api}` + `path`, without a doubled slash.

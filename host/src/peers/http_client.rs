@@ -564,6 +564,18 @@ pub async fn connect_tcp(
     Ok(tokio::net::TcpStream::connect(&addresses[..]).await?)
 }
 
+/// Check `url` may be reached as a destination a peer named rather than the
+/// operator (an Almanac-resolved reply endpoint, an A2A push webhook): one
+/// `allowed` lists; else, unless `listed_only`, one [`check_unlisted`]
+/// accepts. The one outbound policy for such destinations, whoever asks.
+pub fn check_destination(url: &str, allowed: &[String], listed_only: bool) -> Result<url::Url, ClientError> {
+    match check_allowed(url, allowed) {
+        Ok(listed) => Ok(listed),
+        Err(unlisted) if listed_only => Err(unlisted),
+        Err(_) => check_unlisted(url),
+    }
+}
+
 /// Check `url` may be reached though no allow-list entry names it: http(s),
 /// and a name (its addresses are checked when connecting) or an IP literal
 /// that is public or in `outbound.allowed_private`.

@@ -31,6 +31,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use base64::Engine;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -279,8 +280,7 @@ impl Approvals {
                 return Err(refusal);
             }
         };
-        let timeout = self.inner.timeout;
-        let until_deadline = timeout.saturating_sub((timeout / 10).min(MAX_DEADLINE_GRACE));
+        let until_deadline = until_deadline(self.inner.timeout);
         let asked = ApprovalAsked {
             approval_id: format!("appr_{}", uuid::Uuid::new_v4().simple()),
             call_id: request.call_id,
@@ -475,6 +475,245 @@ impl Drop for Wait<'_> {
     }
 }
 
+/// The deadline of an approval asked now: `timeout` less its grace (module docs).
+fn until_deadline(timeout: Duration) -> Duration {
+    timeout.saturating_sub((timeout / 10).min(MAX_DEADLINE_GRACE))
+}
+
+// ---------------------------------------------------------------- stateless rounds
+
+/// Where every node of a fleet finds the rounds' signing key.
+const ROUND_KEY: &[u8] = b"approval_rounds.key";
+/// What a round's claim is kept under in the store's replay window.
+const ROUND_CLAIM_PREFIX: &str = "approval-round:";
+const ROUND_STATE_PREFIX: &str = "r1.";
+/// The longest `requestState` read: a token the node minted is a few hundred bytes.
+const MAX_ROUND_STATE: usize = 4_096;
+
+/// Approvals of a protocol with no waiting call (MCP 2026-07-28's
+/// `InputRequiredResult`): the node asks, forgets, and recognises the answer
+/// when it comes back on a later request, on any node of a fleet.
+///
+/// The question travels as a signed token (HMAC-SHA256 with a key kept in the
+/// store, so every node and a restarted one verify it) bound to the call it
+/// gates: the method, the tool, a digest of the arguments, a digest of the
+/// question (the tool's risk and description: a tool changed by a hot reload
+/// is asked again) and a deadline (`tools.approval_timeout_ms` less the
+/// grace, as for a waiting approval). An answer is redeemed once, fleet-wide
+/// ([`crate::store::Store::claim_once`]): a replay is refused. Only
+/// [`ApprovalRounds::redeem`] makes a [`Redeemed`], and the runtime's tool
+/// path runs a call with one only if it binds that very call, so no transport
+/// can fabricate a decision.
+pub struct ApprovalRounds {
+    store: crate::store::Store,
+    lifetime: Duration,
+    key: tokio::sync::OnceCell<[u8; 32]>,
+}
+
+/// The call a round gates, as the runtime's tool path will run it.
+pub struct RoundQuestion<'a> {
+    pub method: &'a str,
+    pub tool_name: &'a str,
+    pub arguments: &'a Value,
+    pub risk: Risk,
+    pub description: &'a str,
+}
+
+/// A round asked: the question to show, and the token that must come back with the answer.
+pub struct Round {
+    pub asked: ApprovalAsked,
+    pub state: String,
+}
+
+/// A human's decision on one round, checked and claimed: what lets the
+/// runtime run (or refuse) exactly the call it was asked about.
+#[derive(Debug)]
+pub struct Redeemed {
+    approval_id: String,
+    tool_name: String,
+    arguments_digest: String,
+    outcome: ApprovalOutcome,
+}
+
+impl Redeemed {
+    pub fn approval_id(&self) -> &str {
+        &self.approval_id
+    }
+
+    /// The decision, if it was taken about this very call.
+    pub(crate) fn outcome_for(&self, tool_name: &str, arguments: &Value) -> Option<ApprovalOutcome> {
+        (self.tool_name == tool_name && self.arguments_digest == arguments_digest(arguments))
+            .then(|| self.outcome.clone())
+    }
+}
+
+/// Why an answer cannot count. The client is told only that its state is
+/// invalid; the reason is for the log.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundRefusal {
+    #[error("the requestState is not one this node minted")]
+    Malformed,
+    #[error("the requestState's signature does not verify")]
+    Forged,
+    #[error("the round's deadline has passed")]
+    Expired,
+    #[error("the requestState was minted for another call ({0})")]
+    Rebound(&'static str),
+    #[error("the answer is not keyed by the round's question")]
+    WrongKey,
+    #[error("the round was answered already")]
+    Replayed,
+    #[error("the store did not answer: {0}")]
+    Store(#[from] crate::store::StoreError),
+}
+
+#[derive(Serialize, Deserialize)]
+struct RoundClaims {
+    id: String,
+    m: String,
+    t: String,
+    a: String,
+    q: String,
+    exp: u64,
+}
+
+fn arguments_digest(arguments: &Value) -> String {
+    let canonical =
+        crate::crypto::jcs::canonicalize(arguments).unwrap_or_else(|_| arguments.to_string().into_bytes());
+    crate::crypto::sha256_hex(&canonical)
+}
+
+fn question_digest(question: &RoundQuestion<'_>) -> String {
+    let shown = serde_json::json!({"risk": question.risk.as_str(), "description": question.description});
+    arguments_digest(&shown)
+}
+
+impl ApprovalRounds {
+    pub fn new(store: crate::store::Store, tools: &ToolsConfig) -> ApprovalRounds {
+        ApprovalRounds {
+            store,
+            lifetime: until_deadline(Duration::from_millis(tools.approval_timeout_ms)),
+            key: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The fleet's key: made by whichever node asks first, then read by all.
+    async fn key(&self) -> Result<&[u8; 32], RoundRefusal> {
+        self.key
+            .get_or_try_init(|| async {
+                use rand::RngCore;
+                let mut fresh = [0u8; 32];
+                rand::rngs::OsRng.fill_bytes(&mut fresh);
+                let store = &self.store;
+                let collection = crate::store::Collection::Meta;
+                store
+                    .insert_new(collection, ROUND_KEY, &hex::encode(fresh), None)
+                    .await?;
+                let kept: Option<String> = store.get(collection, ROUND_KEY).await?;
+                let bytes = kept
+                    .and_then(|kept| hex::decode(kept).ok())
+                    .ok_or(RoundRefusal::Malformed)?;
+                <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| RoundRefusal::Malformed)
+            })
+            .await
+    }
+
+    fn sign(key: &[u8; 32], signed: &str) -> Vec<u8> {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(signed.as_bytes());
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    /// Ask about `question`: nothing waits on the node, the answer brings the token back.
+    pub async fn mint(&self, question: &RoundQuestion<'_>) -> Result<Round, RoundRefusal> {
+        let key = self.key().await?;
+        let asked = ApprovalAsked {
+            approval_id: format!("appr_{}", uuid::Uuid::new_v4().simple()),
+            call_id: uuid::Uuid::new_v4().to_string(),
+            tool_name: question.tool_name.to_string(),
+            arguments: question.arguments.clone(),
+            risk: question.risk,
+            description: question.description.to_string(),
+            deadline_ms: now_ms().saturating_add(self.lifetime.as_millis() as u64),
+        };
+        let claims = RoundClaims {
+            id: asked.approval_id.clone(),
+            m: question.method.to_string(),
+            t: question.tool_name.to_string(),
+            a: arguments_digest(question.arguments),
+            q: question_digest(question),
+            exp: asked.deadline_ms,
+        };
+        let encode = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let claims = serde_json::to_vec(&claims).map_err(|_| RoundRefusal::Malformed)?;
+        let signed = format!("{ROUND_STATE_PREFIX}{}", encode(&claims));
+        let signature = encode(&Self::sign(key, &signed));
+        Ok(Round {
+            asked,
+            state: format!("{signed}.{signature}"),
+        })
+    }
+
+    /// Check an answer to a round against the call it comes with, and claim it
+    /// once: every check passes before the claim, so a refused answer consumes
+    /// nothing and the right one can still be sent.
+    pub async fn redeem(
+        &self,
+        state: &str,
+        question: &RoundQuestion<'_>,
+        answered_key: &str,
+        outcome: ApprovalOutcome,
+    ) -> Result<Redeemed, RoundRefusal> {
+        if state.len() > MAX_ROUND_STATE {
+            return Err(RoundRefusal::Malformed);
+        }
+        let (signed, signature) = state.rsplit_once('.').ok_or(RoundRefusal::Malformed)?;
+        let claims = signed
+            .strip_prefix(ROUND_STATE_PREFIX)
+            .ok_or(RoundRefusal::Malformed)?;
+        let decode = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text);
+        let signature = decode(signature).map_err(|_| RoundRefusal::Malformed)?;
+        let key = self.key().await?;
+        if !crate::crypto::constant_time_eq(&Self::sign(key, signed), &signature) {
+            return Err(RoundRefusal::Forged);
+        }
+        let claims: RoundClaims = decode(claims)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or(RoundRefusal::Malformed)?;
+        if now_ms() > claims.exp {
+            return Err(RoundRefusal::Expired);
+        }
+        if claims.m != question.method {
+            return Err(RoundRefusal::Rebound("method"));
+        }
+        if claims.t != question.tool_name {
+            return Err(RoundRefusal::Rebound("tool"));
+        }
+        let digest = arguments_digest(question.arguments);
+        if claims.a != digest {
+            return Err(RoundRefusal::Rebound("arguments"));
+        }
+        if claims.q != question_digest(question) {
+            return Err(RoundRefusal::Rebound("the tool changed since it was asked"));
+        }
+        if answered_key != claims.id {
+            return Err(RoundRefusal::WrongKey);
+        }
+        let claim = format!("{ROUND_CLAIM_PREFIX}{}", claims.id);
+        if !self.store.claim_once(claim.as_bytes(), claims.exp).await? {
+            return Err(RoundRefusal::Replayed);
+        }
+        Ok(Redeemed {
+            approval_id: claims.id,
+            tool_name: claims.t,
+            arguments_digest: digest,
+            outcome,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -498,6 +737,116 @@ mod tests {
             risk: Risk::High,
             description: "a report".into(),
         }
+    }
+
+    fn rounds(timeout_ms: u64) -> ApprovalRounds {
+        let store = crate::store::Store::temporary().expect("a store");
+        ApprovalRounds::new(store, &tools(timeout_ms, 1, 1))
+    }
+
+    fn question<'a>(tool_name: &'a str, arguments: &'a Value) -> RoundQuestion<'a> {
+        RoundQuestion {
+            method: "tools/call",
+            tool_name,
+            arguments,
+            risk: Risk::High,
+            description: "a report",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_is_redeemed_once_for_the_call_it_was_asked_about() {
+        let rounds = rounds(60_000);
+        let arguments = serde_json::json!({"inspection_id": "INS-1", "notes": "b"});
+        let asked = question("generate_inspection_report", &arguments);
+        let round = rounds.mint(&asked).await.expect("minted");
+        let id = round.asked.approval_id.clone();
+        // The same arguments in another key order are the same call.
+        let reordered = serde_json::json!({"notes": "b", "inspection_id": "INS-1"});
+        let redeemed = rounds
+            .redeem(
+                &round.state,
+                &question("generate_inspection_report", &reordered),
+                &id,
+                ApprovalOutcome::Approved,
+            )
+            .await
+            .expect("redeemed");
+        assert_eq!(
+            redeemed.outcome_for("generate_inspection_report", &arguments),
+            Some(ApprovalOutcome::Approved)
+        );
+        assert_eq!(redeemed.outcome_for("other_tool", &arguments), None);
+        assert_eq!(
+            redeemed.outcome_for("generate_inspection_report", &serde_json::json!({})),
+            None
+        );
+        let replay = rounds
+            .redeem(&round.state, &asked, &id, ApprovalOutcome::Approved)
+            .await;
+        assert!(matches!(replay, Err(RoundRefusal::Replayed)), "{replay:?}");
+    }
+
+    #[tokio::test]
+    async fn a_forged_rebound_or_misanswered_round_is_refused_and_consumes_nothing() {
+        let rounds = rounds(60_000);
+        let arguments = serde_json::json!({"inspection_id": "INS-1"});
+        let asked = question("generate_inspection_report", &arguments);
+        let round = rounds.mint(&asked).await.expect("minted");
+        let id = round.asked.approval_id.clone();
+        let approve = || ApprovalOutcome::Approved;
+        let mut forged = round.state.clone();
+        forged.pop();
+        forged.push(if round.state.ends_with('A') { 'B' } else { 'A' });
+        let other_arguments = serde_json::json!({"inspection_id": "INS-2"});
+        let changed_tool = RoundQuestion {
+            description: "changed by a reload",
+            ..question("generate_inspection_report", &arguments)
+        };
+        let refusals = [
+            rounds.redeem(&forged, &asked, &id, approve()).await,
+            rounds.redeem("r1.e30.AAAA", &asked, &id, approve()).await,
+            rounds
+                .redeem(&round.state, &question("other_tool", &arguments), &id, approve())
+                .await,
+            rounds
+                .redeem(
+                    &round.state,
+                    &question("generate_inspection_report", &other_arguments),
+                    &id,
+                    approve(),
+                )
+                .await,
+            rounds.redeem(&round.state, &changed_tool, &id, approve()).await,
+            rounds.redeem(&round.state, &asked, "appr_other", approve()).await,
+        ];
+        for refusal in &refusals {
+            assert!(refusal.is_err(), "{refusal:?}");
+        }
+        assert!(matches!(refusals[0], Err(RoundRefusal::Forged)));
+        assert!(matches!(refusals[5], Err(RoundRefusal::WrongKey)));
+        rounds
+            .redeem(&round.state, &asked, &id, approve())
+            .await
+            .expect("still redeemable");
+    }
+
+    #[tokio::test]
+    async fn a_round_past_its_deadline_is_refused() {
+        let rounds = rounds(1);
+        let arguments = serde_json::json!({});
+        let asked = question("generate_inspection_report", &arguments);
+        let round = rounds.mint(&asked).await.expect("minted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let late = rounds
+            .redeem(
+                &round.state,
+                &asked,
+                &round.asked.approval_id,
+                ApprovalOutcome::Approved,
+            )
+            .await;
+        assert!(matches!(late, Err(RoundRefusal::Expired)), "{late:?}");
     }
 
     fn caller(client: &str) -> Caller {

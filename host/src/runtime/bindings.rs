@@ -48,7 +48,13 @@ use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, TypedFunc
 pub struct CallExports {
     handle: ComponentExportIndex,
     run_tool: ComponentExportIndex,
+    /// `agora:node/prompts`' `get`: absent from components built without the
+    /// export (world `plugin`, or `agent` before it had prompts).
+    get_prompt: Option<ComponentExportIndex>,
 }
+
+/// The optional interface a plugin renders its prompts with (world `agent`).
+const PROMPTS_INTERFACE: &str = "agora:node/prompts@0.1.0";
 
 impl CallExports {
     pub fn new<T>(pre: &InstancePre<T>) -> wasmtime::Result<CallExports> {
@@ -58,10 +64,35 @@ impl CallExports {
                 .get_export_index(None, name)
                 .ok_or_else(|| wasmtime::format_err!("the component exports no `{name}`"))
         };
+        let get_prompt = component
+            .get_export_index(None, PROMPTS_INTERFACE)
+            .and_then(|interface| component.get_export_index(Some(&interface), "get"));
         Ok(CallExports {
             handle: index("handle")?,
             run_tool: index("run-tool")?,
+            get_prompt,
         })
+    }
+
+    /// Whether the component renders prompts at all.
+    pub fn renders_prompts(&self) -> bool {
+        self.get_prompt.is_some()
+    }
+
+    /// `prompts.get` of `instance` (fresh or warm): `None` when the component has no such export.
+    pub async fn call_get_prompt<T: Send>(
+        &self,
+        store: &mut Store<T>,
+        instance: &Instance,
+        name: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Option<Result<String, String>>> {
+        let Some(get_prompt) = self.get_prompt else {
+            return Ok(None);
+        };
+        let func: TypedFunc<(&str, &str), (Result<String, String>,)> =
+            instance.get_typed_func(&mut *store, get_prompt)?;
+        Ok(Some(func.call_async(store, (name, arguments)).await?.0))
     }
 
     /// `handle` of a fresh `instance`.

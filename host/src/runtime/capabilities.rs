@@ -9,7 +9,13 @@
 //! what this one cannot give it rather than finding out at run time. A plugin
 //! without the export has no capabilities, which is what plugins built for
 //! the world `plugin` alone get.
+//!
+//! It also declares what MCP clients are shown of the plugin: its prompts
+//! (rendered by the optional `agora:node/prompts` export, [`super::prompts`])
+//! and the media type of its protocol documents (MCP resources; Markdown
+//! unless declared).
 
+use std::collections::BTreeMap;
 use std::str::FromStr as _;
 use std::time::Duration;
 
@@ -18,7 +24,15 @@ use serde::{Deserialize, Serialize};
 use super::http::Destination;
 
 const MAX_ITEMS: usize = 16;
-const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
+/// Room for [`MAX_PROMPTS`] prompts with their descriptions; each part is bounded too.
+const MAX_CAPABILITIES_BYTES: usize = 256 * 1024;
+/// Prompts per plugin, as tools per manifest.
+const MAX_PROMPTS: usize = 64;
+const MAX_PROMPT_ARGUMENTS: usize = 16;
+/// `type/subtype` with parameters, as RFC 6838 bounds each name at 127.
+const MAX_MIME_TYPE: usize = 255;
+/// The key of [`Capabilities::documents`] for every document without a key of its own.
+pub const DEFAULT_DOCUMENT: &str = "default";
 /// Schedules run at most this often, so a plugin cannot make the host spin.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -30,6 +44,52 @@ pub struct Capabilities {
     /// Where the plugin's outgoing HTTP (`wasi:http`) may go; the operator's
     /// `outbound.allowed_hosts` must list each too.
     pub allowed_hosts: Vec<Destination>,
+    /// What MCP's `prompts/list` shows of the plugin, in the order declared.
+    pub prompts: Vec<Prompt>,
+    /// The media type of a protocol document, by its SHA1 (hex) or [`DEFAULT_DOCUMENT`].
+    pub documents: BTreeMap<String, DocumentType>,
+}
+
+impl Capabilities {
+    /// The declared media type of the document whose SHA1 is `hash`, if any.
+    pub fn document_mime_type(&self, hash: &str) -> Option<&str> {
+        self.documents
+            .get(hash)
+            .or_else(|| self.documents.get(DEFAULT_DOCUMENT))
+            .map(|declared| declared.mime_type.as_str())
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Prompt> {
+        self.prompts.iter().find(|prompt| prompt.name == name)
+    }
+}
+
+/// A prompt template the plugin renders on request (MCP's `Prompt`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Prompt {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub arguments: Vec<PromptArgument>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PromptArgument {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// A render without it is refused before the plugin is called.
+    #[serde(default)]
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentType {
+    pub mime_type: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -80,6 +140,10 @@ struct RawCapabilities {
     schedules: Vec<RawSchedule>,
     #[serde(default)]
     allowed_hosts: Vec<String>,
+    #[serde(default)]
+    prompts: Vec<Prompt>,
+    #[serde(default)]
+    documents: BTreeMap<String, DocumentType>,
 }
 
 #[derive(Deserialize)]
@@ -125,12 +189,88 @@ impl Capabilities {
                 when,
             });
         }
+        check_prompts(&raw.prompts)?;
+        check_documents(&raw.documents)?;
         Ok(Capabilities {
             llm: raw.llm,
             schedules,
             allowed_hosts,
+            prompts: raw.prompts,
+            documents: raw.documents,
         })
     }
+}
+
+/// Names like tools' (unique here; across plugins, the registry's routes), texts bounded.
+fn check_prompts(prompts: &[Prompt]) -> Result<(), String> {
+    use super::manifest::{MAX_TEXT, check_name, check_text};
+    if prompts.len() > MAX_PROMPTS {
+        return Err(format!("capabilities declare more than {MAX_PROMPTS} prompts"));
+    }
+    for (index, prompt) in prompts.iter().enumerate() {
+        check_name("prompt", &prompt.name)?;
+        if prompts[..index].iter().any(|other| other.name == prompt.name) {
+            return Err(format!("prompt {:?} is declared twice", prompt.name));
+        }
+        check_text("prompt description", &prompt.description, MAX_TEXT)?;
+        if prompt.arguments.len() > MAX_PROMPT_ARGUMENTS {
+            return Err(format!(
+                "prompt {:?} has more than {MAX_PROMPT_ARGUMENTS} arguments",
+                prompt.name
+            ));
+        }
+        for (index, argument) in prompt.arguments.iter().enumerate() {
+            check_name("prompt argument", &argument.name)?;
+            if prompt.arguments[..index]
+                .iter()
+                .any(|other| other.name == argument.name)
+            {
+                return Err(format!(
+                    "prompt {:?} names argument {:?} twice",
+                    prompt.name, argument.name
+                ));
+            }
+            check_text("prompt argument description", &argument.description, MAX_TEXT)?;
+        }
+    }
+    Ok(())
+}
+
+/// Keys are a document's SHA1 in lower-case hex or `default`; values a media type
+/// `type/subtype` (parameters allowed), which MCP clients are shown as is.
+fn check_documents(documents: &BTreeMap<String, DocumentType>) -> Result<(), String> {
+    if documents.len() > super::manifest::MAX_ITEMS + 1 {
+        return Err("capabilities declare the media type of more documents than a plugin has".into());
+    }
+    for (key, declared) in documents {
+        let is_sha1 = key.len() == 40 && key.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'));
+        if key != DEFAULT_DOCUMENT && !is_sha1 {
+            return Err(format!(
+                "documents key {:?} must be a document's SHA1 (lower-case hex) or {DEFAULT_DOCUMENT:?}",
+                key.chars().take(64).collect::<String>()
+            ));
+        }
+        let mime = declared.mime_type.as_str();
+        let token = |part: &str| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "!#$&-^_.+".contains(c))
+        };
+        let essence = mime.split(';').next().unwrap_or_default().trim();
+        let well_formed = mime.len() <= MAX_MIME_TYPE
+            && !mime.chars().any(|c| c.is_control())
+            && essence
+                .split_once('/')
+                .is_some_and(|(kind, subtype)| token(kind) && token(subtype));
+        if !well_formed {
+            return Err(format!(
+                "document {key}: mime_type {:?} is not a media type like \"text/plain\"",
+                mime.chars().take(64).collect::<String>()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `https://api.example.org` or `http://127.0.0.1:9000`: a scheme, a host and (else the
@@ -195,6 +335,57 @@ mod tests {
             assert!(Capabilities::parse(bad).is_err(), "{bad}");
         }
         assert!(Capabilities::parse("{}").unwrap().schedules.is_empty());
+    }
+
+    #[test]
+    fn prompts_and_document_types_are_read() {
+        let sha1 = "a".repeat(40);
+        let parsed = Capabilities::parse(&format!(
+            r#"{{"prompts": [{{"name": "convert", "description": "Convert a quantity.",
+                "arguments": [{{"name": "quantity", "description": "e.g. 3 km", "required": true}},
+                              {{"name": "to"}}]}}],
+              "documents": {{"default": {{"mime_type": "text/plain"}},
+                             "{sha1}": {{"mime_type": "text/markdown; charset=utf-8"}}}}}}"#
+        ))
+        .unwrap();
+        let prompt = parsed.prompt("convert").unwrap();
+        assert_eq!(prompt.arguments.len(), 2);
+        assert!(prompt.arguments[0].required && !prompt.arguments[1].required);
+        assert_eq!(
+            parsed.document_mime_type(&sha1),
+            Some("text/markdown; charset=utf-8")
+        );
+        assert_eq!(parsed.document_mime_type(&"b".repeat(40)), Some("text/plain"));
+        assert_eq!(Capabilities::parse("{}").unwrap().document_mime_type(&sha1), None);
+    }
+
+    #[test]
+    fn prompts_and_document_types_are_bounded() {
+        let long = "x".repeat(5000);
+        let many: Vec<String> = (0..65).map(|i| format!(r#"{{"name": "p{i}"}}"#)).collect();
+        let arguments: Vec<String> = (0..17).map(|i| format!(r#"{{"name": "a{i}"}}"#)).collect();
+        for bad in [
+            r#"{"prompts": [{"name": "twice"}, {"name": "twice"}]}"#.to_string(),
+            r#"{"prompts": [{"name": "Not A Name"}]}"#.to_string(),
+            r#"{"prompts": [{"name": "p", "arguments": [{"name": "a"}, {"name": "a"}]}]}"#.to_string(),
+            r#"{"prompts": [{"name": "p", "template": "x"}]}"#.to_string(),
+            format!(r#"{{"prompts": [{{"name": "p", "description": "{long}"}}]}}"#),
+            format!(r#"{{"prompts": [{}]}}"#, many.join(",")),
+            format!(
+                r#"{{"prompts": [{{"name": "p", "arguments": [{}]}}]}}"#,
+                arguments.join(",")
+            ),
+            r#"{"documents": {"readme": {"mime_type": "text/plain"}}}"#.to_string(),
+            r#"{"documents": {"default": {"mime_type": "plain"}}}"#.to_string(),
+            r#"{"documents": {"default": {"mime_type": "text/plain\n"}}}"#.to_string(),
+            r#"{"documents": {"default": {}}}"#.to_string(),
+        ] {
+            assert!(
+                Capabilities::parse(&bad).is_err(),
+                "{}",
+                &bad[..bad.len().min(120)]
+            );
+        }
     }
 
     #[test]

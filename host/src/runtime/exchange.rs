@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::approval::{Approver, Caller};
+use super::approval::{Approver, Caller, Redeemed};
 use super::events::{CallEvent, PluginEvent};
 use crate::vocab::ToolLifecycle;
 
@@ -27,6 +27,9 @@ pub struct Exchange {
     /// The store id whose history `history()` returns.
     pub history_id: Option<String>,
     pub approver: Option<Arc<dyn Approver>>,
+    /// A decision already taken by the caller's human (a stateless protocol's
+    /// approval round): the tool path uses it only for the call it binds.
+    pub redeemed: Option<Arc<Redeemed>>,
     /// The caller it serves; `None` for the node's own calls (schedules, loading).
     pub caller: Option<Caller>,
     /// The protocol of the client it serves, as `caller-transport` names it to
@@ -63,6 +66,11 @@ impl Exchange {
 
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Exchange {
         self.approver = Some(approver);
+        self
+    }
+
+    pub fn with_redeemed(mut self, redeemed: Redeemed) -> Exchange {
+        self.redeemed = Some(Arc::new(redeemed));
         self
     }
 
@@ -109,6 +117,8 @@ impl Exchange {
             lifecycle: self.lifecycle.clone(),
             history_id: None,
             approver: self.approver.clone(),
+            // A human's decision covers the call it was asked about, never the calls that one makes.
+            redeemed: None,
             caller: self.caller.clone(),
             caller_transport: self.caller_transport,
             emit_timeout: self.emit_timeout,

@@ -58,6 +58,26 @@ impl CallInstance {
             }
         }
     }
+
+    /// `prompts.get`: `Ok(None)` when the component has no such export.
+    pub(super) async fn call_get_prompt(
+        &mut self,
+        exports: &bindings::CallExports,
+        name: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Option<Result<String, String>>> {
+        match self {
+            CallInstance::Fresh(store, instance) => {
+                exports.call_get_prompt(store, instance, name, arguments).await
+            }
+            CallInstance::Warm(lease) => {
+                let warm = &mut lease.instance;
+                exports
+                    .call_get_prompt(&mut warm.store, &warm.instance, name, arguments)
+                    .await
+            }
+        }
+    }
 }
 
 impl Runtime {

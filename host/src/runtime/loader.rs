@@ -103,7 +103,7 @@ impl Runtime {
                     plugin = %plugin.manifest.name,
                     version = %plugin.manifest.version,
                     file = %file.display(),
-                    routes = ?plugin.manifest.routes(),
+                    routes = ?super::registry::claims(&plugin),
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "plugin loaded"
                 );
@@ -316,6 +316,7 @@ impl Runtime {
             Some(text) => Capabilities::parse(&text).map_err(manifest_error)?,
             None => Capabilities::default(),
         };
+        check_declarations(&manifest, &capabilities, &exports).map_err(manifest_error)?;
         for provider in &capabilities.llm {
             let name = (provider != DEFAULT_PROVIDER).then_some(provider.as_str());
             if self.inner.host.node_config.llm.provider(name).is_none() {
@@ -434,6 +435,31 @@ impl Runtime {
         instance::drain_stdio(&store);
         result.map_err(|error| instance::classify(&mut store, error).to_string())
     }
+}
+
+/// What the capabilities declare of the manifest's documents and the
+/// component's exports holds: a declared prompt can be rendered, a media type
+/// names a document the plugin serves.
+fn check_declarations(
+    manifest: &PluginManifest,
+    capabilities: &Capabilities,
+    exports: &bindings::CallExports,
+) -> Result<(), String> {
+    if !capabilities.prompts.is_empty() && !exports.renders_prompts() {
+        return Err(
+            "capabilities declare prompts but the component does not export agora:node/prompts".into(),
+        );
+    }
+    for key in capabilities.documents.keys() {
+        let served = key == super::capabilities::DEFAULT_DOCUMENT
+            || manifest.protocols.iter().any(|document| &document.hash == key);
+        if !served {
+            return Err(format!(
+                "capabilities declare the media type of document {key}, which the manifest does not serve"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The name a plugin goes by until its manifest has named it.

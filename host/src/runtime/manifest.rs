@@ -12,8 +12,8 @@ use crate::crypto;
 use crate::vocab::Risk;
 
 const MAX_NAME: usize = 64;
-const MAX_TEXT: usize = 4096;
-const MAX_ITEMS: usize = 64;
+pub(super) const MAX_TEXT: usize = 4096;
+pub(super) const MAX_ITEMS: usize = 64;
 const MAX_DOCUMENT: usize = 256 * 1024;
 const MAX_SCHEMA: usize = 64 * 1024;
 
@@ -110,7 +110,7 @@ pub(super) fn check_name(what: &str, name: &str) -> Result<(), String> {
     }
 }
 
-fn check_text(what: &str, text: &str, max: usize) -> Result<(), String> {
+pub(super) fn check_text(what: &str, text: &str, max: usize) -> Result<(), String> {
     if text.len() > max {
         Err(format!("{what} is longer than {max} bytes"))
     } else {

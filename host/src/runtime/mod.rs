@@ -47,6 +47,7 @@ mod invoke;
 mod llm;
 mod loader;
 pub mod manifest;
+pub mod prompts;
 mod registry;
 mod schedules;
 mod settings;

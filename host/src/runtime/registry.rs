@@ -61,14 +61,18 @@ impl Registry {
     pub fn tool(&self, name: &str) -> Option<&Arc<LoadedPlugin>> {
         self.route(&format!("tool:{name}"))
     }
+    /// The plugin rendering the prompt `name` (names are unique across plugins, as tools').
+    pub fn prompt(&self, name: &str) -> Option<&Arc<LoadedPlugin>> {
+        self.route(&format!("prompt:{name}"))
+    }
 
     /// A registry with `plugin` added (or replacing the one loaded from the same file).
     /// Fails, naming both plugins, when it claims a route another plugin serves.
     pub fn with(&self, plugin: Arc<LoadedPlugin>) -> Result<Registry, String> {
         let mut plugins = self.plugins.clone();
         plugins.remove(&plugin.file);
-        for route in plugin.manifest.routes() {
-            if let Some(other) = plugins.values().find(|p| p.manifest.routes().contains(&route)) {
+        for route in claims(&plugin) {
+            if let Some(other) = plugins.values().find(|p| claims(p).contains(&route)) {
                 return Err(format!(
                     "route {route} is claimed by both {} ({}) and {} ({})",
                     other.manifest.name,
@@ -100,10 +104,23 @@ impl Registry {
     fn from_plugins(plugins: BTreeMap<PathBuf, Arc<LoadedPlugin>>) -> Registry {
         let mut routes = HashMap::new();
         for plugin in plugins.values() {
-            for route in plugin.manifest.routes() {
+            for route in claims(plugin) {
                 routes.insert(route, plugin.clone());
             }
         }
         Registry { plugins, routes }
     }
+}
+
+/// Every route `plugin` claims: its manifest's, and its prompts' (declared in its capabilities).
+pub(super) fn claims(plugin: &LoadedPlugin) -> Vec<String> {
+    let mut routes = plugin.manifest.routes();
+    routes.extend(
+        plugin
+            .capabilities
+            .prompts
+            .iter()
+            .map(|prompt| format!("prompt:{}", prompt.name)),
+    );
+    routes
 }

@@ -74,6 +74,21 @@ impl<'a> ToolCall<'a> {
     }
 }
 
+/// What stands between a call and its tool: nothing (its risk needs no
+/// approval), a human to ask, or a decision a human already took about this
+/// very call ([`super::approval::Redeemed`]).
+enum Gate {
+    Open,
+    Ask(Arc<dyn Approver>),
+    Decided(ApprovalOutcome),
+}
+
+impl From<Option<Arc<dyn Approver>>> for Gate {
+    fn from(approver: Option<Arc<dyn Approver>>) -> Gate {
+        approver.map_or(Gate::Open, Gate::Ask)
+    }
+}
+
 /// What a tool name resolves to: its spec (risk, description) and what runs it.
 struct ResolvedTool {
     spec: ToolSpec,
@@ -122,7 +137,7 @@ impl Runtime {
             approver.refused(&call.call_id, &refusal);
             return Err(call.too_many_waiting(refusal.to_string()).await);
         }
-        let work = self.approve_and_run(&call, &tool, approver, arguments);
+        let work = self.approve_and_run(&call, &tool, Gate::from(approver), arguments);
         host.while_parked(slot, place, work).await
     }
 
@@ -140,8 +155,15 @@ impl Runtime {
         // its own credentials for them, not something it passes on to its clients.
         let tool = self.resolve_plugin_tool(name)?;
         let call = ToolCall::new(name, tool.spec.risk, exchange);
-        let approver = self.approver_for(&call).await?;
-        self.approve_and_run(&call, &tool, approver, arguments).await
+        let decided = exchange
+            .redeemed
+            .as_ref()
+            .and_then(|redeemed| redeemed.outcome_for(name, &arguments));
+        let gate = match decided {
+            Some(outcome) if self.needs_approval(call.risk) => Gate::Decided(outcome),
+            _ => Gate::from(self.approver_for(&call).await?),
+        };
+        self.approve_and_run(&call, &tool, gate, arguments).await
     }
 
     /// The risk of a tool as the host's tool path decides it, without running
@@ -214,25 +236,31 @@ impl Runtime {
         &self,
         call: &ToolCall<'_>,
         tool: &ResolvedTool,
-        approver: Option<Arc<dyn Approver>>,
+        gate: Gate,
         arguments: Value,
     ) -> Result<String, ToolError> {
         let name = call.tool_name;
-        if let Some(approver) = approver {
-            let request = ApprovalRequest {
-                call_id: call.call_id.clone(),
-                tool_name: name.to_string(),
-                arguments: arguments.clone(),
-                risk: tool.spec.risk,
-                description: tool.spec.description.clone(),
-            };
-            let approvals = &self.inner.host.approvals;
-            let asking = approvals.ask(approver.as_ref(), call.exchange.caller.as_ref(), request);
-            let outcome = match tokio::time::timeout(approvals.timeout(), asking).await {
-                Ok(Ok(outcome)) => outcome,
-                Ok(Err(refusal)) => return Err(call.too_many_waiting(refusal.to_string()).await),
-                Err(_) => ApprovalOutcome::TimedOut,
-            };
+        let outcome = match gate {
+            Gate::Open => None,
+            Gate::Decided(outcome) => Some(outcome),
+            Gate::Ask(approver) => {
+                let request = ApprovalRequest {
+                    call_id: call.call_id.clone(),
+                    tool_name: name.to_string(),
+                    arguments: arguments.clone(),
+                    risk: tool.spec.risk,
+                    description: tool.spec.description.clone(),
+                };
+                let approvals = &self.inner.host.approvals;
+                let asking = approvals.ask(approver.as_ref(), call.exchange.caller.as_ref(), request);
+                Some(match tokio::time::timeout(approvals.timeout(), asking).await {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(refusal)) => return Err(call.too_many_waiting(refusal.to_string()).await),
+                    Err(_) => ApprovalOutcome::TimedOut,
+                })
+            }
+        };
+        if let Some(outcome) = outcome {
             match outcome {
                 ApprovalOutcome::Approved => {}
                 ApprovalOutcome::Rejected { feedback } => {

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::Store;
+use wasmtime::component::Instance;
 
 use super::bindings::{Plugin, PluginPre};
 use super::exchange::Exchange;
@@ -62,6 +63,8 @@ pub struct WarmLimits {
 pub struct WarmInstance {
     pub(crate) store: Store<PluginState>,
     pub(crate) plugin: Plugin,
+    /// The instance itself, for the optional exports `plugin` does not hold (`prompts.get`).
+    pub(crate) instance: Instance,
     invocations: u32,
     idle_since: Instant,
 }
@@ -123,10 +126,15 @@ impl WarmPool {
                     Some(Arc::from(plugin_name)),
                     Exchange::new(),
                 );
-                match pre.instantiate_async(&mut store).await {
-                    Ok(plugin) => WarmInstance {
+                let made = match pre.instance_pre().instantiate_async(&mut store).await {
+                    Ok(made) => Plugin::new(&mut store, &made).map(|plugin| (plugin, made)),
+                    Err(error) => Err(error),
+                };
+                match made {
+                    Ok((plugin, made)) => WarmInstance {
                         store,
                         plugin,
+                        instance: made,
                         invocations: 0,
                         idle_since: Instant::now(),
                     },

@@ -154,6 +154,23 @@ pub trait Backend: Send + Sync + 'static {
         self.get(collection, key).await
     }
 
+    /// Apply `writes` (puts and removes) as one atomic step: after a crash,
+    /// all of them or none, so a record and another that must go with it (an
+    /// A2A task's state and the deliveries it owes) are never split. By
+    /// default one [`Transaction`] (PostgreSQL), entries in the lock order
+    /// every unit uses; the embedded store overrides it with one sled
+    /// transaction over the trees involved.
+    async fn put_all(&self, mut writes: Vec<Write>) -> Result<()> {
+        writes.sort_by(|a, b| write_key(a).cmp(&write_key(b)));
+        match self.transaction() {
+            Some(mut transaction) => transaction.commit(writes).await,
+            None => Err(super::StoreError::Database(format!(
+                "the {} store has no atomic multi-entry write",
+                self.name()
+            ))),
+        }
+    }
+
     /// Remove `key`; whether any entry (live or expired) was there.
     async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool>;
 
@@ -261,6 +278,16 @@ pub trait Backend: Send + Sync + 'static {
     /// The fleet's plugin set; `None` for a backend no other node shares.
     fn plugin_set(&self) -> Option<&dyn super::plugin_set::PluginSet> {
         None
+    }
+}
+
+/// The order [`Backend::put_all`] applies entries in: collection, then key.
+fn write_key(write: &Write) -> (&'static str, &[u8]) {
+    match write {
+        Write::Put { collection, key, .. } | Write::Remove { collection, key } => {
+            (collection.table_name(), key.as_slice())
+        }
+        Write::Append { id, .. } => ("", id.as_bytes()),
     }
 }
 

@@ -217,10 +217,15 @@ pub enum Collection {
     A2aContexts,
     /// Who runs each A2A task and HAI turn of a fleet, and until when ([`lease`]).
     Leases,
+    /// A2A push notification configs; keys are `task \0 config`.
+    A2aPushConfigs,
+    /// A2A push deliveries owed, written with the task state that owes them;
+    /// keys are `task \0 config \0 sequence`, so they list in delivery order.
+    A2aPushOutbox,
 }
 
 impl Collection {
-    pub const ALL: [Collection; 11] = [
+    pub const ALL: [Collection; 13] = [
         Collection::PluginKv,
         Collection::Conversations,
         Collection::History,
@@ -232,6 +237,8 @@ impl Collection {
         Collection::A2aTasks,
         Collection::A2aContexts,
         Collection::Leases,
+        Collection::A2aPushConfigs,
+        Collection::A2aPushOutbox,
     ];
 
     /// The sled tree's name, and the PostgreSQL `collection` value.
@@ -248,6 +255,8 @@ impl Collection {
             Collection::A2aTasks => "a2a_tasks",
             Collection::A2aContexts => "a2a_contexts",
             Collection::Leases => "leases",
+            Collection::A2aPushConfigs => "a2a_push_configs",
+            Collection::A2aPushOutbox => "a2a_push_outbox",
         }
     }
 
@@ -405,6 +414,23 @@ impl Store {
     /// sharing the store), exactly one gets it.
     pub async fn take<T: DeserializeOwned>(&self, collection: Collection, key: &[u8]) -> Result<Option<T>> {
         value_of(self.backend.take(collection, key).await?)
+    }
+
+    /// Write every entry of `puts` (`(collection, key, value, expiry)`) in one
+    /// atomic step: after a crash, all of them or none ([`Backend::put_all`]).
+    pub async fn put_all<T: Serialize>(&self, puts: &[(Collection, Vec<u8>, T, Option<u64>)]) -> Result<()> {
+        let writes = puts
+            .iter()
+            .map(|(collection, key, value, expires_at_ms)| {
+                Ok(backend::Write::Put {
+                    collection: *collection,
+                    key: key.clone(),
+                    value: encode(value)?,
+                    expires_at_ms: *expires_at_ms,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.backend.put_all(writes).await
     }
 
     /// Insert only if the key is absent (or expired). Returns false when a live entry exists:

@@ -24,7 +24,7 @@ use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::backend::{Backend, FleetMessage, RawEntry};
+use super::backend::{Backend, FleetMessage, RawEntry, Write};
 use super::journal::{Journal, Lookup, Progress};
 use super::{Collection, HistoryPage, MemoryBounds, Result, StoreError, now_ms};
 
@@ -242,6 +242,60 @@ impl Backend for SledBackend {
         self.writing(collection)?
             .insert(key, encode(value, expires_at_ms)?)?;
         Ok(())
+    }
+
+    /// One sled transaction over every tree the writes touch: sled recovers
+    /// it whole or not at all, so a kill -9 never keeps half of it.
+    async fn put_all(&self, writes: Vec<Write>) -> Result<()> {
+        let mut names: Vec<&'static str> = Vec::new();
+        let mut steps = Vec::with_capacity(writes.len());
+        for write in writes {
+            let (collection, key, value) = match write {
+                Write::Put {
+                    collection,
+                    key,
+                    value,
+                    expires_at_ms,
+                } => (collection, key, Some(encode(&value, expires_at_ms)?)),
+                Write::Remove { collection, key } => (collection, key, None),
+                Write::Append { .. } => {
+                    return Err(StoreError::Database(
+                        "a history append cannot join an atomic multi-entry write".into(),
+                    ));
+                }
+            };
+            let name = collection.table_name();
+            let tree = match names.iter().position(|known| *known == name) {
+                Some(index) => index,
+                None => {
+                    names.push(name);
+                    names.len() - 1
+                }
+            };
+            steps.push((tree, key, value));
+        }
+        // Held to the end: each counts its write for the next commit's flush.
+        let writing = names
+            .iter()
+            .map(|name| self.writing_named(name))
+            .collect::<Result<Vec<_>>>()?;
+        let trees: Vec<sled::Tree> = writing.iter().map(|tree| tree.tree.clone()).collect();
+        let outcome = trees[..].transaction(|views| {
+            for (tree, key, value) in &steps {
+                match value {
+                    Some(value) => views[*tree].insert(key.as_slice(), value.as_slice())?,
+                    None => views[*tree].remove(key.as_slice())?,
+                };
+            }
+            Ok::<(), ConflictableTransactionError<()>>(())
+        });
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(TransactionError::Abort(())) => {
+                Err(StoreError::Database("an atomic write was aborted".into()))
+            }
+            Err(TransactionError::Storage(error)) => Err(error.into()),
+        }
     }
 
     async fn remove(&self, collection: Collection, key: &[u8]) -> Result<bool> {

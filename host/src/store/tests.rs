@@ -49,6 +49,7 @@ on_every_backend!(
     keyed_entries_are_read_back_by_key_until_they_expire,
     a_unit_reads_its_own_writes_and_commits_them,
     racing_claims_in_units_admit_exactly_one,
+    put_all_writes_every_entry_across_collections,
 );
 
 fn sled_store() -> Store {
@@ -310,6 +311,47 @@ async fn any_json_value_round_trips_and_compares_regardless_of_key_order(store: 
             .unwrap(),
         Some(serde_json::json!({"a": 1, "z": 3}))
     );
+}
+
+async fn put_all_writes_every_entry_across_collections(store: Store) {
+    let later = Some(now_ms() + 60_000);
+    store
+        .put_all(&[
+            (Collection::A2aTasks, b"t1".to_vec(), json_value("state"), later),
+            (
+                Collection::A2aPushOutbox,
+                b"t1\x00p\x002".to_vec(),
+                json_value("second"),
+                later,
+            ),
+            (
+                Collection::A2aPushOutbox,
+                b"t1\x00p\x001".to_vec(),
+                json_value("first"),
+                None,
+            ),
+        ])
+        .await
+        .unwrap();
+    store.commit().await.unwrap();
+    assert_eq!(
+        store
+            .get::<String>(Collection::A2aTasks, b"t1")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("state")
+    );
+    let owed = store
+        .records::<String>(Collection::A2aPushOutbox, b"t1\x00", 10)
+        .await
+        .unwrap();
+    let owed: Vec<&str> = owed.iter().map(|(_, value)| value.as_str()).collect();
+    assert_eq!(owed, ["first", "second"]);
+}
+
+fn json_value(text: &str) -> serde_json::Value {
+    serde_json::Value::String(text.to_string())
 }
 
 async fn take_hands_an_entry_to_exactly_one_racer(store: Store) {

@@ -594,17 +594,20 @@ export function complete(request) {
  * hourly), the node calling `extensions.tick(name)` for each (a tick due while the previous run
  * still goes is skipped); and `allowedHosts`, the origins its outgoing HTTP (`wasi:http`) may
  * reach, `"https://api.example.org"` (scheme, host, port; no path, no wildcard), which the
- * node's `outbound.allowed_hosts` must list too.
+ * node's `outbound.allowed_hosts` must list too; `prompts` MCP clients are offered (each made by
+ * `prompt`, rendered by the `prompts` export, see `dispatchPrompt`); and `documents`, the media
+ * type of its protocol documents by SHA1 (lower-case hex) or `"default"` (`text/markdown`
+ * unless declared).
  *
  *     export const extensions = {
  *       capabilities: () => capabilities({ llm: ["default"], schedules: { poll: "30s" } }),
  *       tick: (name) => dispatchTick(name, { poll }),
  *     };
- * @param {{ llm?: string[], schedules?: Record<string, string>, allowedHosts?: string[] }} declared
+ * @param {{ llm?: string[], schedules?: Record<string, string>, allowedHosts?: string[], prompts?: object[], documents?: Record<string, string> }} declared
  * @returns {string}
  */
 export function capabilities(declared) {
-  /** @type {{ llm?: string[], schedules?: { name: string, every: string }[], allowed_hosts?: string[] }} */
+  /** @type {{ llm?: string[], schedules?: { name: string, every: string }[], allowed_hosts?: string[], prompts?: object[], documents?: Record<string, { mime_type: string }> }} */
   const json = {};
   if (declared.llm !== undefined && declared.llm.length > 0) json.llm = [...declared.llm];
   const schedules = Object.entries(declared.schedules ?? {});
@@ -612,8 +615,56 @@ export function capabilities(declared) {
   if (declared.allowedHosts !== undefined && declared.allowedHosts.length > 0) {
     json.allowed_hosts = [...declared.allowedHosts];
   }
+  if (declared.prompts !== undefined && declared.prompts.length > 0) json.prompts = [...declared.prompts];
+  const documents = Object.entries(declared.documents ?? {});
+  if (documents.length > 0) {
+    json.documents = Object.fromEntries(documents.map(([key, mime]) => [key, { mime_type: mime }]));
+  }
   return JSON.stringify(json);
 }
+
+/**
+ * One prompt for `capabilities({ prompts: [...] })`: its name (like a tool's), what it is for,
+ * and its arguments as [name, description, required]; the node refuses a render missing a
+ * required one before the plugin runs.
+ * @param {string} name
+ * @param {string} description
+ * @param {[string, string, boolean][]} [args]
+ */
+export function prompt(name, description, args = []) {
+  return {
+    name,
+    description,
+    arguments: args.map(([argument, about, required]) => ({ name: argument, description: about, required })),
+  };
+}
+
+/**
+ * What `prompts.get` returns: `renderers[name]` called with the arguments (an object of
+ * strings) answers its messages as [role, text] pairs, role "user" or "assistant". A HostError
+ * it throws (or a prompt not in `renderers`) becomes the render's error (-32603 to the client).
+ * @param {string} name
+ * @param {string} argumentsText
+ * @param {Record<string, (args: Record<string, string>) => [string, string][]>} renderers
+ * @returns {string}
+ */
+export function dispatchPrompt(name, argumentsText, renderers) {
+  if (!Object.hasOwn(renderers, name)) throw `no prompt named ${JSON.stringify(name)}`;
+  try {
+    const messages = renderers[name](JSON.parse(argumentsText));
+    return JSON.stringify({ messages: messages.map(([role, text]) => ({ role, text })) });
+  } catch (error) {
+    throw error instanceof HostError ? error.message : error;
+  }
+}
+
+/** The `prompts` export of a plugin of the world `agent` without prompts: `export { noPrompts as prompts }`. */
+export const noPrompts = {
+  /** @param {string} name @param {string} _arguments @returns {string} */
+  get: (name, _arguments) => {
+    throw `no prompt named ${JSON.stringify(name)}`;
+  },
+};
 
 /**
  * Run the schedule `name` from `schedules` (name -> function of no arguments), for

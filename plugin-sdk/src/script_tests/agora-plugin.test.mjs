@@ -208,4 +208,34 @@ sdk.dispatchTick("poll", schedules);
 assert.deepEqual(ran, ["poll"]);
 assert.throws(() => sdk.dispatchTick("fail", schedules), (e) => e === "secret gone");
 assert.throws(() => sdk.dispatchTick("toString", schedules), (e) => e === 'no schedule named "toString"');
+assert.deepEqual(
+  JSON.parse(
+    sdk.capabilities({
+      prompts: [sdk.prompt("greet", "Greets.", [["who", "whom", true]])],
+      documents: { default: "text/plain" },
+    }),
+  ),
+  {
+    prompts: [{ name: "greet", description: "Greets.", arguments: [{ name: "who", description: "whom", required: true }] }],
+    documents: { default: { mime_type: "text/plain" } },
+  },
+);
+const renderers = {
+  greet: (args) => [
+    ["user", `Hi ${args.who}`],
+    ["assistant", "Hello"],
+  ],
+  fail: () => {
+    throw new sdk.HostError("settings", "secret gone");
+  },
+};
+assert.deepEqual(JSON.parse(sdk.dispatchPrompt("greet", '{"who":"Ada"}', renderers)), {
+  messages: [
+    { role: "user", text: "Hi Ada" },
+    { role: "assistant", text: "Hello" },
+  ],
+});
+assert.throws(() => sdk.dispatchPrompt("fail", "{}", renderers), (e) => e === "secret gone");
+assert.throws(() => sdk.dispatchPrompt("toString", "{}", renderers), (e) => e === 'no prompt named "toString"');
+assert.throws(() => sdk.noPrompts.get("greet", "{}"), (e) => e === 'no prompt named "greet"');
 console.log("agora-plugin.js: ok");

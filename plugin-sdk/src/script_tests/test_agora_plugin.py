@@ -3,6 +3,7 @@ the host's functions replaced (the generated wit_world stubs only raise):
 run by `cargo test -p agora-plugin-sdk`, with the bindings folder on sys.path."""
 
 import dataclasses
+import json
 import unittest
 from types import SimpleNamespace
 from typing import Optional
@@ -243,6 +244,36 @@ class AgentCapabilities(unittest.TestCase):
             with self.assertRaises(Err) as caught:
                 sdk.dispatch_tick(name, schedules)
             self.assertEqual(caught.exception.value, error)
+
+    def test_prompts_and_document_types_are_declared_and_rendered(self):
+        declared = sdk.capabilities(
+            prompts=[sdk.prompt("greet", "Greets.", [("who", "whom", True)])],
+            documents={"default": "text/plain"},
+        )
+        self.assertEqual(
+            json.loads(declared),
+            {
+                "prompts": [
+                    {"name": "greet", "description": "Greets.", "arguments": [{"name": "who", "description": "whom", "required": True}]}
+                ],
+                "documents": {"default": {"mime_type": "text/plain"}},
+            },
+        )
+
+        def fail(arguments):
+            raise sdk.HostError("settings", "secret gone")
+
+        renderers = {"greet": lambda arguments: [("user", f"Hi {arguments['who']}"), ("assistant", "Hello")], "fail": fail}
+        self.assertEqual(
+            json.loads(sdk.dispatch_prompt("greet", '{"who": "Ada"}', renderers)),
+            {"messages": [{"role": "user", "text": "Hi Ada"}, {"role": "assistant", "text": "Hello"}]},
+        )
+        for name, error in [("fail", "secret gone"), ("other", 'no prompt named "other"')]:
+            with self.assertRaises(Err) as caught:
+                sdk.dispatch_prompt(name, "{}", renderers)
+            self.assertEqual(caught.exception.value, error)
+        with self.assertRaises(Err):
+            sdk.NoPrompts().get("greet", "{}")
 
 
 class OutgoingHttp(unittest.TestCase):

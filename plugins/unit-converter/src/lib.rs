@@ -1,6 +1,7 @@
 //! Serves `protocols/unit-conversion.md`: converts a quantity between units.
 //! Invalid input is a protocol-level error, answered inside `body` as the
-//! document prescribes.
+//! document prescribes. Offers MCP clients the prompt `convert` (`quantity`
+//! required, `to` optional), which asks a model to use the `convert_units` tool.
 
 use agora_plugin_sdk::prelude::*;
 
@@ -158,6 +159,40 @@ impl Plugin for UnitConverter {
             None => json!({"error": "body must be an object {\"value\", \"from\", \"to\"}"}),
         };
         reply(reply_body)
+    }
+
+    fn capabilities() -> Capabilities {
+        Capabilities::new().prompt(
+            Prompt::new(
+                "convert",
+                "Ask for a quantity in other units, with the convert_units tool.",
+            )
+            .argument("quantity", "What to convert, with its unit: \"3.5 mi\"", true)
+            .argument(
+                "to",
+                "The unit wanted (else the model picks the usual ones)",
+                false,
+            ),
+        )
+    }
+
+    fn get_prompt(name: String, arguments: PromptArguments) -> Result<RenderedPrompt, String> {
+        if name != "convert" {
+            return Err(format!("no prompt named {name:?}"));
+        }
+        let quantity = arguments.get("quantity").map(String::as_str).unwrap_or_default();
+        let target = match arguments.get("to") {
+            Some(to) => format!("to {to}"),
+            None => "to the units people usually want for it".to_string(),
+        };
+        let units: Vec<&str> = UNITS.iter().map(|(symbol, ..)| *symbol).collect();
+        Ok(RenderedPrompt::new()
+            .description(format!("Convert {quantity}"))
+            .user(format!(
+                "Convert {quantity} {target}. Use the convert_units tool (units: {}) rather than \
+                 arithmetic of your own, and give the result with its unit.",
+                units.join(", ")
+            )))
     }
 
     fn run_tool(name: String, arguments: ToolArguments) -> Result<String, ToolFailure> {

@@ -19,7 +19,8 @@
 //   `{"error"}` naming the request.
 //
 // Capabilities: the default model; outgoing HTTP to the origin in the setting
-// `fetch_origin`, when set; and two schedules every second: `count` adds one to
+// `fetch_origin`, when set; the prompt `js_greeting` (`who` required), its document
+// shown as `text/plain`; and two schedules every second: `count` adds one to
 // `ticks`; `unreadable` reads the setting `gone` (a secret the tests leave
 // unset), so its runs fail with the host's settings error.
 
@@ -29,6 +30,7 @@ import {
   ChatRequest,
   complete,
   configGet,
+  dispatchPrompt,
   dispatchTick,
   dispatchTool,
   HostError,
@@ -38,6 +40,7 @@ import {
   listTools,
   manifest as manifestOf,
   modelReady,
+  prompt,
   string,
   toolArguments,
 } from "../../../plugin-sdk/bindings/js/agora-plugin.js";
@@ -150,6 +153,8 @@ export const extensions = {
       llm: ["default"],
       schedules: { count: "1s", unreadable: "1s" },
       allowedHosts: origin === undefined ? [] : [origin],
+      prompts: [prompt("js_greeting", "Greets someone.", [["who", "whom to greet", true]])],
+      documents: { default: "text/plain" },
     });
   },
   /** @param {string} name @returns {void} */
@@ -157,5 +162,13 @@ export const extensions = {
     dispatchTick(name, {
       count: () => kvSetJson("ticks", Number(kvGetJson("ticks") ?? 0) + 1),
       unreadable: () => configGet("gone"),
+    }),
+};
+
+export const prompts = {
+  /** @param {string} name @param {string} argumentsText @returns {string} */
+  get: (name, argumentsText) =>
+    dispatchPrompt(name, argumentsText, {
+      js_greeting: (args) => [["user", `Greet ${args.who} in JavaScript.`]],
     }),
 };

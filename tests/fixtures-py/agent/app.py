@@ -19,7 +19,8 @@ Body `{"op": …}`:
   the node's wasi:http (`http_request`), or `{"error", "kind"}` of the HostError.
 
 Capabilities: the default model; outgoing HTTP to the origin in the setting
-`fetch_origin`, when set; and two schedules every second: `count` adds one to
+`fetch_origin`, when set; the prompt `py_greeting` (`who` required), its
+document shown as `text/plain`; and two schedules every second: `count` adds one to
 `ticks`; `unreadable` reads the setting `gone` (a secret the tests leave
 unset), so its runs fail with the host's settings error.
 """
@@ -128,7 +129,18 @@ class Extensions(exports.Extensions):
             llm=["default"],
             schedules={"count": "1s", "unreadable": "1s"},
             allowed_hosts=[origin] if origin else [],
+            prompts=[agora_plugin.prompt("py_greeting", "Greets someone.", [("who", "whom to greet", True)])],
+            documents={"default": "text/plain"},
         )
 
     def tick(self, name: str) -> None:
         agora_plugin.dispatch_tick(name, {"count": count, "unreadable": unreadable})
+
+
+def greeting(arguments: dict[str, str]) -> list[tuple[str, str]]:
+    return [("user", f"Greet {arguments['who']} in Python.")]
+
+
+class Prompts(exports.Prompts):
+    def get(self, name: str, arguments: str) -> str:
+        return agora_plugin.dispatch_prompt(name, arguments, {"py_greeting": greeting})

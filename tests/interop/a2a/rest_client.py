@@ -7,6 +7,8 @@ Usage: rest_client.py SCENARIO NODE_URL [ARGS]
   approve [--stream]    the approval round trip, approved (sdk_client.py's, over REST)
   extended TOKEN        GetExtendedAgentCard with the operator's token, and without it
   park                  park a task on its approval (for a later answer over JSON-RPC)
+  push-crud HOOK REFUSED, push-round HOOK TOKEN
+                        sdk_client.py's push scenarios, over REST
 
 The clients are the SDK's own, built from the node's card with
 ClientConfig(supported_protocol_bindings=["HTTP+JSON"]); an httpx event hook
@@ -141,6 +143,10 @@ async def main(argv):
             await approve(node, "--stream" in args)
         elif scenario == "park":
             await park(node)
+        elif scenario == "push-crud":
+            await sdk.push_crud(node, args[0], args[1])
+        elif scenario == "push-round":
+            await sdk.push_round(node, args[0], args[1])
         else:
             raise SystemExit(f"unknown scenario {scenario!r}")
 

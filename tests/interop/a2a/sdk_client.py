@@ -13,6 +13,16 @@ Usage: sdk_client.py SCENARIO NODE_URL [ARGS]
                         the approval round trip, rejected with FEEDBACK
   history               "what did I say first?" in a second task of the same context
   errors                the A2A error codes as the SDK's exceptions carry them
+  push-crud HOOK REFUSED
+                        push notification configs: create, get, list, replace, delete, and
+                        the refusals (unknown task, no url, a URL the node's policy refuses,
+                        one config over the task's bound)
+  push-round HOOK TOKEN the approval round trip of a task sent with a push config (token,
+                        Bearer credentials); the configs the node lists for it
+  push-send TEXT HOOK TOKEN
+                        TEXT sent with a push config; the task as answered
+  deliveries LOG COUNT  the first COUNT deliveries webhook.py logged, each body parsed
+                        strictly (unknown fields refused) as the SDK's StreamResponse
 
 Prints one JSON line of what the SDK observed (states as enum names, texts,
 event order, error classes and their JSON-RPC codes); tests/e2e/a2a.rs asserts
@@ -31,16 +41,24 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
     AgentCard,
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
     GetTaskRequest,
     ListTasksRequest,
     Message,
     Part,
     Role,
+    SendMessageConfiguration,
     SendMessageRequest,
+    StreamResponse,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
+from google.protobuf.json_format import Parse
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
 
 REPORT = "generate the report for INS-2024-001"
@@ -320,8 +338,118 @@ async def errors(node: Node):
     emit(**observed)
 
 
+def webhook(url, token, task_id="", config_id=""):
+    return TaskPushNotificationConfig(
+        task_id=task_id,
+        id=config_id,
+        url=url,
+        token=token,
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="cred-1"),
+    )
+
+
+async def attempt_dict(call):
+    """The awaited call's answer as JSON (a config, a list, None), or the SDK exception it raised."""
+    try:
+        result = await call
+    except Exception as exc:  # noqa: BLE001 - every SDK error is an observation here
+        return error_of(exc)
+    return None if result is None else MessageToDict(result)
+
+
+async def push_crud(node: Node, hook, refused):
+    client = node.plain
+    task = await node.send(user_message("hello"))
+    tid = task.id
+
+    def create(config_id, url, token=""):
+        config = TaskPushNotificationConfig(task_id=tid, id=config_id, url=url, token=token)
+        return attempt_dict(client.create_task_push_notification_config(config))
+
+    async def ids():
+        listed = await client.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=tid))
+        return [[c.id, c.url] for c in listed.configs]
+
+    def get(config_id):
+        request = GetTaskPushNotificationConfigRequest(task_id=tid, id=config_id)
+        return attempt_dict(client.get_task_push_notification_config(request))
+
+    def delete(config_id):
+        request = DeleteTaskPushNotificationConfigRequest(task_id=tid, id=config_id)
+        return attempt_dict(client.delete_task_push_notification_config(request))
+
+    seen = {"taskId": tid, "transport": type(client._transport).__name__}
+    seen["created"] = await create("p1", hook, "tok-1")
+    seen["got"] = await get("p1")
+    seen["second"] = await create("p2", hook)
+    seen["listed"] = await ids()
+    seen["replacedAnswer"] = await create("p1", hook + "/moved", "tok-2")
+    seen["replaced"] = await ids()
+    seen["deleted"] = await delete("p1")
+    seen["afterDelete"] = await ids()
+    seen["gone"] = await get("p1")
+    seen["deleteAgain"] = await delete("p1")
+    seen["defaultId"] = await create("", hook)
+    seen["unknownTask"] = await attempt_dict(
+        client.create_task_push_notification_config(TaskPushNotificationConfig(task_id="no-such-task", url=hook))
+    )
+    seen["noUrl"] = await create("p3", "")
+    seen["refused"] = await create("p4", refused)
+    seen["overTask"] = [await create(config_id, hook) for config_id in ["p5", "p6", "p7"]]
+    emit(**seen)
+
+
+async def push_send(node: Node, text, hook, token):
+    """SendMessage with a push config: the task the node answered."""
+    request = SendMessageRequest(
+        message=user_message(text),
+        configuration=SendMessageConfiguration(task_push_notification_config=webhook(hook, token)),
+    )
+    responses = [r async for r in node.plain.send_message(request)]
+    return responses[0].task
+
+
+async def push_round(node: Node, hook, token):
+    parked = await push_send(node, REPORT, hook, token)
+    approval = summary(parked)["statusData"][0] if summary(parked)["statusData"] else {}
+    listed = await node.plain.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=parked.id)
+    )
+    reply = user_message(
+        data={"approval_id": approval.get("approval_id", ""), "approved": True},
+        task_id=parked.id,
+        context_id=parked.context_id,
+    )
+    await node.send(reply)
+    emit(
+        parked=summary(parked),
+        configs=[MessageToDict(c) for c in listed.configs],
+        final=summary(await node.get(parked.id)),
+        transport=type(node.plain._transport).__name__,
+    )
+
+
+def delivery_summary(record):
+    """One logged delivery, its body read as the SDK reads a StreamResponse, unknown fields refused."""
+    seen = {k: record[k] for k in ("token", "authorization", "contentType", "answered")}
+    try:
+        event = Parse(record["body"], StreamResponse(), ignore_unknown_fields=False)
+    except Exception as exc:  # noqa: BLE001 - a body the SDK cannot read is the observation
+        return dict(seen, strict=False, error=repr(exc))
+    return dict(seen, strict=True, **event_summary(event))
+
+
+async def deliveries(log, count):
+    with open(log, encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines if line.strip()]
+    emit(deliveries=[delivery_summary(r) for r in records[:count]], logged=len(records))
+
+
 async def main(argv):
     scenario, url, *args = argv
+    if scenario == "deliveries":
+        await deliveries(args[0], int(args[1]))
+        return
     streamed = "--stream" in args
     args = [a for a in args if a != "--stream"]
     async with Node(url) as node:
@@ -345,6 +473,12 @@ async def main(argv):
             await history(node)
         elif scenario == "errors":
             await errors(node)
+        elif scenario == "push-crud":
+            await push_crud(node, args[0], args[1])
+        elif scenario == "push-round":
+            await push_round(node, args[0], args[1])
+        elif scenario == "push-send":
+            emit(task=summary(await push_send(node, args[0], args[1], args[2])))
         else:
             raise SystemExit(f"unknown scenario {scenario!r}")
 

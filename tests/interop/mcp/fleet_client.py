@@ -4,7 +4,10 @@ node's URL in turn, so one session's requests (initialize, its notification
 stream, tool calls, the answer to an approval form, the DELETE) are spread over
 every node.
 
-Usage: fleet_client.py CALLS_JSON MCP_URL [MCP_URL ...]
+Usage: fleet_client.py CALLS_JSON MCP_URL [MCP_URL ...] [--mode auto|2026-07-28|legacy]
+
+At 2026-07-28 (the default "auto" mode adopts it) there is no session: each
+request, an approval's answered retry included, may go to any node.
 
   CALLS_JSON            [name, arguments] pairs called in turn in one session; an
                         approval form is answered with approve=true
@@ -40,7 +43,7 @@ class RoundRobin:
         request.headers["host"] = f"{node.host}:{node.port}"
 
 
-async def call_across(urls, calls):
+async def call_across(urls, calls, mode):
     wire = sdk.Wire()
     balancer = RoundRobin(urls)
     elicitations = sdk.Elicitations("accept", None)
@@ -56,6 +59,7 @@ async def call_across(urls, calls):
         sdk.streamable_http_client(urls[0], http_client=http),
         read_timeout_seconds=sdk.TIMEOUT,
         elicitation_callback=elicitations,
+        mode=mode,
     )
     results = []
     async with http:
@@ -75,5 +79,14 @@ async def call_across(urls, calls):
         )
 
 
+def main(argv):
+    mode = "auto"
+    if "--mode" in argv:
+        at = argv.index("--mode")
+        mode = argv[at + 1]
+        argv = argv[:at] + argv[at + 2 :]
+    asyncio.run(call_across(argv[1:], json.loads(argv[0]), mode))
+
+
 if __name__ == "__main__":
-    asyncio.run(call_across(sys.argv[2:], json.loads(sys.argv[1])))
+    main(sys.argv[1:])

@@ -1,8 +1,12 @@
 """Drive agora-node's MCP server with the real mcp 2.3.0 client.
 
-Usage: sdk_client.py SCENARIO MCP_URL [ARGS]
+Usage: sdk_client.py SCENARIO MCP_URL [ARGS] [--mode auto|2026-07-28|legacy]
 
-  init                  connect (stock mode "auto": server/discover, then initialize), then leave
+--mode is the client's `mode=` (default "auto": server/discover first, adopting
+2026-07-28 when the server answers it, else initialize; "2026-07-28": pinned,
+no discover; "legacy": the 2025-11-25 initialize handshake only).
+
+  init                  connect, then leave
   list                  tools/list page by page until no nextCursor
   call CALLS_JSON [--elicit MODE] [--feedback TEXT]
                         tools/call of each [name, arguments] in the JSON list, in turn, in
@@ -16,6 +20,17 @@ Usage: sdk_client.py SCENARIO MCP_URL [ARGS]
   resources [URI ...]   resources/list page by page, resources/read of each listed resource
                         and of each URI given, resources/templates/list
   parallel N            N clients at once, each connecting and calling convert_units
+  rounds TOOL ARGS_JSON PLAN
+                        (2026 modes) drive an approval round by hand: call TOOL, get the
+                        InputRequiredResult, then send each step of PLAN (comma-separated) as a
+                        retry: ok (accept approve=true), wrongkey, tamper, noanswer, otherargs
+                        (the arguments of --other-args OTHER_JSON), othertool (convert_units), replay (ok again),
+                        fresh (a new call and its accepted answer), late (ok after 2.5 s)
+  listen                (2026 modes) list, open subscriptions/listen for the three list kinds
+                        and one resource URI, print "ready", collect events until tools and
+                        resources changed, list again
+  listen-end            (2026 modes) open a listen and iterate until the stream ends: "graceful"
+                        or the exception
 
 Prints one JSON line of what the SDK observed (protocol version, server info,
 capabilities, tools, results' isError/text/structuredContent, the elicitation
@@ -84,8 +99,12 @@ class Wire:
                 message = None
             if isinstance(message, dict):
                 method = message.get("method")
+                params = message.get("params") or {}
                 if method == "initialize":
-                    self.declared = message.get("params", {}).get("capabilities")
+                    self.declared = params.get("capabilities")
+                elif self.declared is None and "_meta" in params:
+                    # At 2026-07-28 every request declares them in its envelope.
+                    self.declared = params["_meta"].get("io.modelcontextprotocol/clientCapabilities")
         request.extensions["rpc_method"] = method
 
     async def on_response(self, response):
@@ -98,6 +117,9 @@ class Wire:
                 "sentSession": request.headers.get(SESSION_HEADER),
                 "session": response.headers.get(SESSION_HEADER),
                 "contentType": response.headers.get("content-type"),
+                "version": request.headers.get("mcp-protocol-version"),
+                "mcpMethod": request.headers.get("mcp-method"),
+                "mcpName": request.headers.get("mcp-name"),
             }
         )
         if request.method == "GET" and response.status_code == 200:
@@ -139,10 +161,16 @@ class Elicitations:
         return types.ElicitResult(action="cancel")
 
 
-def client(url, wire, elicitation=None, message_handler=None):
+# The client's mode, from --mode (main sets it once for the run).
+MODE = "auto"
+
+
+def client(url, wire=None, elicitation=None, message_handler=None):
+    """The stock client in MODE; `wire` (optional) sees every request and response."""
     http = create_mcp_http_client()
-    http.event_hooks = {"request": [wire.on_request], "response": [wire.on_response]}
-    kwargs = {"read_timeout_seconds": TIMEOUT}
+    if wire is not None:
+        http.event_hooks = {"request": [wire.on_request], "response": [wire.on_response]}
+    kwargs = {"read_timeout_seconds": TIMEOUT, "mode": MODE}
     if elicitation is not None:
         kwargs["elicitation_callback"] = elicitation
     if message_handler is not None:
@@ -184,7 +212,7 @@ async def read(connected: Client, uri):
         result = await connected.read_resource(uri)
     except Exception as exc:  # noqa: BLE001 - every SDK error is an observation here
         return {"uri": uri, **error_of(exc)}
-    return {"uri": uri, "contents": [dump(c) for c in result.contents]}
+    return {"uri": uri, "contents": [dump(c) for c in result.contents], "ttlMs": getattr(result, "ttl_ms", None)}
 
 
 async def resources(url, extra_uris):
@@ -215,8 +243,10 @@ async def init(url):
             # The SDK POSTs notifications/initialized as the connection opens and does
             # not wait for the answer; leaving at once would cancel that POST (and race
             # it with the DELETE). Wait for it, as any client that goes on to work does.
-            with anyio.move_on_after(TIMEOUT):
-                await wire.initialized_answered.wait()
+            # (At 2026-07-28 there is no such notification: nothing to wait for.)
+            if wire.session_id() is not None:
+                with anyio.move_on_after(TIMEOUT):
+                    await wire.initialized_answered.wait()
         emit(**observed, sessionId=wire.session_id(), exchanges=wire.exchanges)
 
 
@@ -311,7 +341,111 @@ async def parallel(url, count):
     emit(clients=results)
 
 
-async def main(argv):
+async def rounds(url, tool, arguments, plan, other_arguments):
+    wire = Wire()
+    mcp, http = client(url, wire, elicitation=Elicitations("accept", None))
+    steps = []
+    async with http:
+        async with mcp as connected:
+            session = connected.session
+            first = await session.call_tool(tool, arguments, allow_input_required=True)
+            observed_first = dump(first)
+            key = next(iter(first.input_requests))
+            accept = {key: types.ElicitResult(action="accept", content={"approve": True})}
+            for step in plan.split(","):
+                kwargs = {"input_responses": accept, "request_state": first.request_state}
+                name, args = tool, arguments
+                if step == "wrongkey":
+                    kwargs["input_responses"] = {"not-" + key: accept[key]}
+                elif step == "tamper":
+                    state = first.request_state
+                    kwargs["request_state"] = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+                elif step == "noanswer":
+                    kwargs["input_responses"] = None
+                elif step == "otherargs":
+                    args = other_arguments
+                elif step == "othertool":
+                    name, args = "convert_units", {"value": 1, "from": "km", "to": "m"}
+                elif step == "late":
+                    # Past a deadline of tools.approval_timeout_ms (the test sets 1 s).
+                    await anyio.sleep(2.5)
+                elif step == "fresh":
+                    again = await session.call_tool(tool, arguments, allow_input_required=True)
+                    fresh_key = next(iter(again.input_requests))
+                    kwargs = {
+                        "input_responses": {fresh_key: accept[key]},
+                        "request_state": again.request_state,
+                    }
+                try:
+                    answered = await session.call_tool(name, args, allow_input_required=True, **kwargs)
+                    if isinstance(answered, types.CallToolResult):
+                        steps.append({"step": step, **result_of(answered)})
+                    else:
+                        steps.append({"step": step, "inputRequired": dump(answered)})
+                except Exception as exc:  # noqa: BLE001 - every SDK error is an observation here
+                    steps.append({"step": step, **error_of(exc)})
+        emit(first=observed_first, steps=steps, exchanges=wire.exchanges)
+
+
+async def listen(url):
+    wire = Wire()
+    mcp, http = client(url, wire)
+    events = []
+    async with http:
+        async with mcp as connected:
+            before = await list_pages(connected)
+            resources_before = await resource_pages(connected)
+            async with connected.listen(
+                tools_list_changed=True,
+                resources_list_changed=True,
+                prompts_list_changed=True,
+                resource_subscriptions=["agora://protocols/" + "0" * 40],
+            ) as subscription:
+                honored = dump(subscription.honored)
+                # The test changes the plugins folder only after this line.
+                print("ready", flush=True)
+                with anyio.move_on_after(TIMEOUT):
+                    async for event in subscription:
+                        events.append(type(event).__name__)
+                        if {"ToolsListChanged", "ResourcesListChanged"} <= set(events):
+                            break
+            after = await list_pages(connected)
+            resources_after = await resource_pages(connected)
+            version = connected.protocol_version
+        emit(
+            protocolVersion=version,
+            honored=honored,
+            events=events,
+            before=before,
+            after=after,
+            resourcesBefore=resources_before,
+            resourcesAfter=resources_after,
+            exchanges=wire.exchanges,
+        )
+
+
+async def listen_end(url):
+    wire = Wire()
+    mcp, http = client(url, wire)
+    events = []
+    ended = None
+    async with http:
+        async with mcp as connected:
+            try:
+                async with connected.listen(tools_list_changed=True) as subscription:
+                    print("ready", flush=True)
+                    with anyio.move_on_after(TIMEOUT):
+                        async for event in subscription:
+                            events.append(type(event).__name__)
+                        ended = "graceful"
+            except Exception as exc:  # noqa: BLE001 - every SDK error is an observation here
+                ended = error_of(exc)
+        emit(ended=ended, events=events, exchanges=wire.exchanges)
+
+
+def command_line(argv):
+    """`SCENARIO URL [ARGS] [--name value ...]`: the scenario, the URL, the
+    positional arguments and the options; `--mode` sets the client's MODE."""
     scenario, url, *args = argv
     options = {}
     positional = []
@@ -323,6 +457,13 @@ async def main(argv):
         else:
             positional.append(args[index])
             index += 1
+    global MODE
+    MODE = options.get("mode", "auto")
+    return scenario, url, positional, options
+
+
+async def main(argv):
+    scenario, url, positional, options = command_line(argv)
     if scenario == "init":
         await init(url)
     elif scenario == "list":
@@ -335,6 +476,13 @@ async def main(argv):
         await resources(url, positional)
     elif scenario == "parallel":
         await parallel(url, int(positional[0]))
+    elif scenario == "rounds":
+        other = json.loads(options.get("other-args", "{}"))
+        await rounds(url, positional[0], json.loads(positional[1]), positional[2], other)
+    elif scenario == "listen":
+        await listen(url)
+    elif scenario == "listen-end":
+        await listen_end(url)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
 

@@ -73,7 +73,7 @@ pub fn agent_card(node: &NodeState, audience: Audience) -> AgentCard {
         description: config.a2a.description.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
         supported_interfaces: interfaces(node),
-        capabilities: capabilities(extended),
+        capabilities: capabilities(extended, config.a2a.push_enabled),
         default_input_modes: modes(),
         default_output_modes: modes(),
         skills,
@@ -102,8 +102,8 @@ fn interfaces(node: &NodeState) -> Vec<AgentInterface> {
 }
 
 /// The same for both audiences (the SDK's client swaps one card for the other).
-fn capabilities(extended_card: bool) -> Value {
-    json!({"streaming": true, "pushNotifications": false, "extendedAgentCard": extended_card})
+fn capabilities(extended_card: bool, push: bool) -> Value {
+    json!({"streaming": true, "pushNotifications": push, "extendedAgentCard": extended_card})
 }
 
 /// One skill per plugin tool; a tool needing approval (the runtime's own

@@ -6,7 +6,8 @@
 //! - [`card`]: `GET /.well-known/agent-card.json` (§"Agent Discovery").
 //! - this module: the methods `SendMessage`, `SendStreamingMessage`,
 //!   `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (§"Core
-//!   Operations") and, behind `a2a.auth_token`, `GetExtendedAgentCard`, each
+//!   Operations"), the four push notification config methods ([`push`]) and,
+//!   behind `a2a.auth_token`, `GetExtendedAgentCard`, each
 //!   served once ([`dispatch`]) for both bindings behind one gate (the token,
 //!   the `A2A-Version` header, §"Versioning"); and the JSON-RPC binding,
 //!   `POST {a2a.path}` (§"JSON-RPC Protocol Binding"): the envelope, streams
@@ -16,6 +17,8 @@
 //! - [`state`]: running tasks, stored tasks and contexts, the bounds.
 //! - [`run`]: one task's plugin call, its events, and the host's approvals.
 //! - [`fleet`]: approvals and cancels for tasks another node of the fleet runs.
+//! - [`push`]: push notification configs, and the deliveries each stored
+//!   state owes them (durable, retried, in order per webhook).
 //! - [`error`]: [`A2aError`], the one place errors become JSON-RPC errors.
 //!
 //! Choices the issue left to us, documented in `docs/protocols/a2a.md`:
@@ -36,6 +39,7 @@ pub mod activity;
 mod card;
 pub mod error;
 mod fleet;
+mod push;
 mod rest;
 mod run;
 mod state;
@@ -62,10 +66,7 @@ use self::error::A2aError;
 use self::state::{A2aState, Shared, state_name};
 use self::wire::{GetTaskRequest, ListTasksRequest, MessageLimits, SendMessageRequest, TaskIdRequest};
 use crate::jsonrpc::{self, Dialect, Fault, Faults, Inbound, Refused};
-use crate::models::a2a::{
-    self as model, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
-};
+use crate::models::a2a::{self as model, Message, StreamResponse, Task, TaskState, TaskStatus};
 use crate::node::state::NodeState;
 use crate::peers::a2a::{CARD_PATH, VERSION_HEADER};
 use crate::runtime::approval::{self, AnswerError, Answerer, WaitingApproval};
@@ -91,6 +92,7 @@ pub fn router(node: NodeState) -> Router {
     let shared = A2aState::new(node);
     fleet::listen(&shared);
     fleet::fail_dead_nodes_tasks(&shared);
+    push::start(&shared);
     // The console answers this transport's approvals while its routes are served.
     let answering = shared
         .node
@@ -195,8 +197,10 @@ enum Method {
     ListTasks,
     CancelTask,
     SubscribeToTask,
-    /// Any of the four push notification config operations.
-    PushConfig,
+    CreatePushConfig,
+    GetPushConfig,
+    ListPushConfigs,
+    DeletePushConfig,
     GetExtendedAgentCard,
 }
 
@@ -209,10 +213,10 @@ impl Method {
             "ListTasks" => Method::ListTasks,
             "CancelTask" => Method::CancelTask,
             "SubscribeToTask" => Method::SubscribeToTask,
-            "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig" => Method::PushConfig,
+            "CreateTaskPushNotificationConfig" => Method::CreatePushConfig,
+            "GetTaskPushNotificationConfig" => Method::GetPushConfig,
+            "ListTaskPushNotificationConfigs" => Method::ListPushConfigs,
+            "DeleteTaskPushNotificationConfig" => Method::DeletePushConfig,
             "GetExtendedAgentCard" => Method::GetExtendedAgentCard,
             _ => return None,
         })
@@ -231,8 +235,12 @@ async fn dispatch(call: Request, method: Method, params: Value) -> Result<Answer
         Method::CancelTask => call.cancel_task(params).await,
         Method::SubscribeToTask => call.subscribe(params).await,
         Method::GetExtendedAgentCard => call.extended_card(),
-        // The card claims no push notifications, so the SDK's client never asks; its server answers so.
-        Method::PushConfig => Err(A2aError::PushNotSupported),
+        Method::CreatePushConfig => Ok(Answer::Result(
+            push::create(&call.shared, call.client, params).await?,
+        )),
+        Method::GetPushConfig => Ok(Answer::Result(push::get(&call.shared, params).await?)),
+        Method::ListPushConfigs => Ok(Answer::Result(push::list(&call.shared, params).await?)),
+        Method::DeletePushConfig => Ok(Answer::Result(push::delete(&call.shared, params).await?)),
     }
 }
 
@@ -374,8 +382,9 @@ impl Request {
 
     async fn send_message(self, params: Value) -> Result<Answer, A2aError> {
         let request: SendMessageRequest = wire::params(params)?;
-        let configuration = request.configuration.unwrap_or_default();
-        let progress = self.start_or_resume(request.message).await?;
+        let mut configuration = request.configuration.unwrap_or_default();
+        let webhook = configuration.task_push_notification_config.take();
+        let progress = self.start_or_resume(request.message, webhook).await?;
         let task_id = progress.task_id().to_string();
         if !configuration.return_immediately {
             self.until_interrupted(progress).await?;
@@ -387,7 +396,10 @@ impl Request {
 
     async fn send_streaming_message(self, params: Value) -> Result<Answer, A2aError> {
         let request: SendMessageRequest = wire::params(params)?;
-        let progress = self.start_or_resume(request.message).await?;
+        let webhook = request
+            .configuration
+            .and_then(|configuration| configuration.task_push_notification_config);
+        let progress = self.start_or_resume(request.message, webhook).await?;
         Ok(Answer::Stream(match progress {
             Progress::Here(snapshot, events) => self.stream(*snapshot, events),
             Progress::Elsewhere { task_id, since } => self.stream_from_store(task_id, since),
@@ -491,10 +503,19 @@ impl Request {
 
     /// A new task for a message without `taskId`; else the answer to the
     /// task's pending approval. Either way: the task, and its events from then.
-    async fn start_or_resume(&self, mut message: Message) -> Result<Progress, A2aError> {
+    /// A `webhook` is stored for the task first, so its first state is owed to it.
+    async fn start_or_resume(
+        &self,
+        mut message: Message,
+        webhook: Option<push::PushConfig>,
+    ) -> Result<Progress, A2aError> {
         wire::validate_message(&message, &self.limits())?;
         message.forget_unknown();
         if let Some(task_id) = message.task_id.clone() {
+            if let Some(webhook) = webhook {
+                load_task(&self.shared, &task_id).await?;
+                push::store(&self.shared, self.client, &task_id, webhook).await?;
+            }
             return resume(&self.shared, &task_id, message).await;
         }
         let shared = &self.shared;
@@ -518,6 +539,14 @@ impl Request {
         // Held before the task is stored, so no stored task runs without one:
         // should this node die from here on, another fails the task.
         let lease = shared.lease(&task_id).await?;
+        if let Some(webhook) = webhook
+            && let Err(error) = push::store(shared, self.client, &task_id, webhook).await
+        {
+            if let Some(lease) = lease {
+                lease.release().await;
+            }
+            return Err(error);
+        }
         // Charged first: a client past its stored-task bounds leaves nothing stored.
         let charge = shared.admit_stored(self.client, &task).await?;
         let stored = match shared.add_to_context(&context_id, &task_id).await {
@@ -612,24 +641,11 @@ impl Request {
                     return;
                 }
             };
-            for artifact in &end.artifacts {
-                let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                    task_id: end.id.clone(),
-                    context_id: end.context_id.clone(),
-                    artifact: artifact.clone(),
-                    append: false,
-                    last_chunk: true,
-                });
-                if sender.send(Ok(event(&update))).await.is_err() {
+            for closing in push::closing_events(&end) {
+                if sender.send(Ok(event(&closing))).await.is_err() {
                     return;
                 }
             }
-            let status = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: end.id.clone(),
-                context_id: end.context_id.clone(),
-                status: end.status.clone(),
-            });
-            let _ = sender.send(Ok(event(&status))).await;
         });
         sse(futures::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|event| (event, receiver))

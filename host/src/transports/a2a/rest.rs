@@ -11,8 +11,10 @@
 //! - `POST /tasks/{id}:cancel`, `GET|POST /tasks/{id}:subscribe` (SSE): the
 //!   body, if any, is ignored, as the SDK's server does;
 //! - `GET /extendedAgentCard`;
-//! - `/tasks/{id}/pushNotificationConfigs[/{configId}]`: not supported, as on
-//!   JSON-RPC.
+//! - `POST|GET /tasks/{id}/pushNotificationConfigs` (create: the body is the
+//!   config; list: `pageSize`, `pageToken`), `GET|DELETE
+//!   /tasks/{id}/pushNotificationConfigs/{configId}`: the path's ids win over
+//!   the body's, as on the SDK's server; a delete answers `{}`.
 //!
 //! Answers are the bare proto-JSON object (`application/a2a+json`); a stream
 //! sends one bare `StreamResponse` per event; errors are `google.rpc.Status`
@@ -56,10 +58,17 @@ pub(super) fn routes(base: &str) -> Router<Shared> {
         // The router cannot match a suffix after a parameter (`{id}:cancel`),
         // so the segment is split here.
         .route(&path("/tasks/{segment}"), any(task))
-        .route(&path("/tasks/{id}/pushNotificationConfigs"), any(push_config))
+        .route(
+            &path("/tasks/{id}/pushNotificationConfigs"),
+            post(create_push_config)
+                .get(list_push_configs)
+                .fallback(wrong_method),
+        )
         .route(
             &path("/tasks/{id}/pushNotificationConfigs/{config}"),
-            any(push_config),
+            get(get_push_config)
+                .delete(delete_push_config)
+                .fallback(wrong_method),
         )
         .route(
             &path("/extendedAgentCard"),
@@ -105,6 +114,9 @@ async fn serve(call: Call, method: Method, params: Result<Value, A2aError>) -> R
     .await;
     match answer {
         Ok(Answer::Result(result)) => {
+            // A method without a result (a delete) answers an empty object: the
+            // SDK's client reads every answer as JSON.
+            let result = if result.is_null() { json!({}) } else { result };
             let mut response = axum::Json(result).into_response();
             response
                 .headers_mut()
@@ -168,8 +180,39 @@ async fn task(
     serve(call, a2a_method, params).await
 }
 
-async fn push_config(call: Call) -> Response {
-    serve(call, Method::PushConfig, Ok(Value::Null)).await
+async fn create_push_config(
+    call: Call,
+    Path(id): Path<String>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let params = body_params(&call.shared, raw).map(|body| {
+        let mut config = match body {
+            Value::Object(config) => config,
+            _ => Map::new(),
+        };
+        config.insert("taskId".into(), Value::String(id));
+        Value::Object(config)
+    });
+    serve(call, Method::CreatePushConfig, params).await
+}
+
+async fn list_push_configs(call: Call, Path(id): Path<String>, RawQuery(query): RawQuery) -> Response {
+    let mut params = Map::new();
+    params.insert("taskId".into(), Value::String(id));
+    let params = query_params(query.as_deref(), LIST_PUSH_CONFIGS_QUERY, params);
+    serve(call, Method::ListPushConfigs, params).await
+}
+
+fn push_config_ids(task_id: String, config_id: String) -> Result<Value, A2aError> {
+    Ok(json!({"taskId": task_id, "id": config_id}))
+}
+
+async fn get_push_config(call: Call, Path((id, config)): Path<(String, String)>) -> Response {
+    serve(call, Method::GetPushConfig, push_config_ids(id, config)).await
+}
+
+async fn delete_push_config(call: Call, Path((id, config)): Path<(String, String)>) -> Response {
+    serve(call, Method::DeletePushConfig, push_config_ids(id, config)).await
 }
 
 async fn extended_card(call: Call) -> Response {
@@ -218,6 +261,7 @@ enum Kind {
 }
 
 const GET_TASK_QUERY: &[(&str, Kind)] = &[("historyLength", Kind::Integer)];
+const LIST_PUSH_CONFIGS_QUERY: &[(&str, Kind)] = &[("pageSize", Kind::Integer), ("pageToken", Kind::Text)];
 const LIST_TASKS_QUERY: &[(&str, Kind)] = &[
     ("contextId", Kind::Text),
     ("status", Kind::Text),

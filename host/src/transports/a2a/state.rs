@@ -79,6 +79,8 @@ pub struct A2aState {
     stored: StoredQuota,
     /// The charges of the tasks running here, by task id, for their saves.
     charges: Mutex<HashMap<String, Charge>>,
+    /// Push notification configs' bounds and the deliverer's state.
+    pub push: super::push::Push,
 }
 
 /// Client rate buckets kept; beyond, a client seen once is forgotten first ([`RateTable`]).
@@ -205,7 +207,9 @@ impl A2aState {
             std::time::Duration::from_secs(node.config.a2a.task_ttl_secs),
         );
         let lease_length = std::time::Duration::from_millis(node.config.store.lease_ms);
+        let push = super::push::Push::new(&node);
         Arc::new(A2aState {
+            push,
             leases: Leases::new(&node.store, "a2a", lease_length),
             node,
             run_id: crate::store::lease::node_id().to_string(),
@@ -217,7 +221,7 @@ impl A2aState {
         })
     }
 
-    fn expires(&self) -> Option<u64> {
+    pub(super) fn expires(&self) -> Option<u64> {
         Some(now_ms().saturating_add(self.node.config.a2a.task_ttl_secs.saturating_mul(1000)))
     }
 
@@ -326,10 +330,24 @@ impl A2aState {
             runner: self.run_id.clone(),
             charge,
         };
-        self.node
-            .store
-            .put(Collection::A2aTasks, task.id.as_bytes(), &stored, self.expires())
-            .await?;
+        // What the state owes the task's webhooks goes in the same atomic step.
+        let owed = super::push::owed_writes(self, task).await?;
+        let store = &self.node.store;
+        if owed.is_empty() {
+            store
+                .put(Collection::A2aTasks, task.id.as_bytes(), &stored, self.expires())
+                .await?;
+            return Ok(());
+        }
+        let mut writes = vec![(
+            Collection::A2aTasks,
+            task.id.as_bytes().to_vec(),
+            serde_json::to_value(&stored)?,
+            self.expires(),
+        )];
+        writes.extend(owed);
+        store.put_all(&writes).await?;
+        self.push.wake();
         Ok(())
     }
 

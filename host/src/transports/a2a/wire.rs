@@ -29,6 +29,9 @@ pub struct SendMessageConfiguration {
     pub history_length: Option<u32>,
     #[serde(default)]
     pub return_immediately: bool,
+    /// A webhook stored for the task before it starts ([`super::push`]).
+    #[serde(default)]
+    pub task_push_notification_config: Option<super::push::PushConfig>,
 }
 
 /// `GetTask` params.

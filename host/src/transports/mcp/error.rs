@@ -7,12 +7,23 @@
 //! body 413, a missing token 401. Failures of a tool itself are not errors at
 //! all: they are results with `isError: true` (§"Tools", "Error Handling"), made
 //! in [`super::tools`].
+//!
+//! One error enum for both eras, with one mapping per era: in a 2025 session
+//! an unknown method or bad parameters are JSON-RPC errors in a 200 answer; at
+//! 2026-07-28 the status carries the class (400, or 404 for an unknown
+//! method), with the revision's own codes `-32020` and `-32022`
+//! ([`McpError::into_modern_response`]).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::jsonrpc::{self, Fault, code};
+
+/// 2026-07-28's codes (`mcp_types/jsonrpc.py`): a routing header that
+/// disagrees with the body, and a revision the server does not serve.
+pub const HEADER_MISMATCH: i64 = -32020;
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 use crate::policy::browser::BrowserRefusal;
 use crate::store::StoreError;
 
@@ -34,11 +45,24 @@ pub enum McpError {
     TooLarge(usize),
     #[error("Not Acceptable: {0}")]
     NotAcceptable(String),
-    #[error(
-        "Method not found: server/discover (this node speaks the initialize handshake, protocol {})",
-        super::wire::LATEST_PROTOCOL_VERSION
-    )]
-    UnservedEra,
+    /// 2026-07-28: a routing header disagrees with the body, or is repeated (-32020).
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// 2026-07-28: a protocol revision the node does not serve (-32022).
+    #[error("Unsupported protocol version: {requested:?}")]
+    UnsupportedVersion { requested: String },
+    /// 2026-07-28: an approval round's answer that cannot count (wrong key,
+    /// tampered, bound to another call, expired or replayed); the real reason is
+    /// logged, the client learns only that its state is not valid, as the `mcp`
+    /// package's own server answers it.
+    #[error("Invalid or expired requestState")]
+    InvalidRequestState,
+    /// 2026-07-28 is POST only: a GET or DELETE carrying its header (HTTP 405).
+    #[error("Method Not Allowed: protocol 2026-07-28 takes POST only")]
+    MethodNotAllowed,
+    /// A plugin failed what it was asked (a prompt's render): -32603 in a 200 answer.
+    #[error("Internal error: {0}")]
+    PluginFailed(String),
     #[error("Conflict: this session's notification stream is open already")]
     StreamOpen,
     /// A bound of the node (sessions, calls in flight): nothing was done.
@@ -65,8 +89,12 @@ impl McpError {
             | McpError::Browser(_)
             | McpError::TooLarge(_)
             | McpError::NotAcceptable(_)
-            | McpError::StreamOpen => code::INVALID_REQUEST,
-            McpError::UnservedEra => code::METHOD_NOT_FOUND,
+            | McpError::StreamOpen
+            | McpError::MethodNotAllowed => code::INVALID_REQUEST,
+            McpError::HeaderMismatch(_) => HEADER_MISMATCH,
+            McpError::UnsupportedVersion { .. } => UNSUPPORTED_PROTOCOL_VERSION,
+            McpError::InvalidRequestState => code::INVALID_PARAMS,
+            McpError::PluginFailed(_) => code::INTERNAL_ERROR,
             // A server error of the node's; clients act on the HTTP 404 beside it.
             McpError::UnknownSession => -32001,
             McpError::Busy(_) | McpError::StorageUnavailable => code::SERVER_ERROR,
@@ -78,9 +106,13 @@ impl McpError {
             // Within a session, a method or parameters the node does not take are
             // JSON-RPC errors in a 200 answer, as for any JSON-RPC server.
             McpError::Rpc(Fault::MethodNotFound(_) | Fault::InvalidParams(_)) => StatusCode::OK,
+            McpError::PluginFailed(_) => StatusCode::OK,
             McpError::Rpc(Fault::Parse(_) | Fault::InvalidRequest(_))
-            | McpError::UnservedEra
+            | McpError::HeaderMismatch(_)
+            | McpError::UnsupportedVersion { .. }
+            | McpError::InvalidRequestState
             | McpError::MissingSession => StatusCode::BAD_REQUEST,
+            McpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             McpError::StreamOpen => StatusCode::CONFLICT,
             McpError::UnknownSession => StatusCode::NOT_FOUND,
             McpError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -91,18 +123,64 @@ impl McpError {
         }
     }
 
+    /// The status of this error at 2026-07-28, where the HTTP status carries
+    /// the JSON-RPC class (`ERROR_CODE_HTTP_STATUS` of the `mcp` package):
+    /// 400 for a malformed request, 404 for an unknown method, 200 for the
+    /// rest; the node's own refusals (token, origin, size, bounds) as in 2025.
+    fn modern_status(&self) -> StatusCode {
+        match self {
+            McpError::Rpc(Fault::MethodNotFound(_)) => StatusCode::NOT_FOUND,
+            McpError::Rpc(Fault::InvalidParams(_)) => StatusCode::BAD_REQUEST,
+            other => other.status(),
+        }
+    }
+
+    fn data(&self) -> Option<Value> {
+        match self {
+            McpError::UnsupportedVersion { requested } => {
+                let supported: Vec<&str> = super::envelope::MODERN_VERSIONS
+                    .iter()
+                    .chain(super::wire::PROTOCOL_VERSIONS.iter().rev())
+                    .copied()
+                    .collect();
+                Some(json!({"supported": supported, "requested": requested}))
+            }
+            McpError::InvalidRequestState => Some(json!({"reason": "invalid_request_state"})),
+            _ => None,
+        }
+    }
+
     /// The JSON-RPC error object for request `id`.
     pub fn body(&self, id: &Value) -> Value {
-        jsonrpc::error(id, self.code(), &self.to_string(), None)
+        jsonrpc::error(id, self.code(), &self.to_string(), self.data())
     }
 
     /// The HTTP answer: the status Streamable HTTP asks for, the JSON-RPC error as its body.
     pub fn into_response_for(self, id: &Value) -> Response {
-        let mut response = (self.status(), axum::Json(self.body(id))).into_response();
-        if matches!(self, McpError::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        let status = self.status();
+        self.respond(status, id)
+    }
+
+    /// The HTTP answer at 2026-07-28 (see [`McpError::modern_status`]).
+    pub fn into_modern_response(self, id: &Value) -> Response {
+        let status = self.modern_status();
+        self.respond(status, id)
+    }
+
+    fn respond(self, status: StatusCode, id: &Value) -> Response {
+        let mut response = (status, axum::Json(self.body(id))).into_response();
+        match self {
+            McpError::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            McpError::MethodNotAllowed => {
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
+            _ => {}
         }
         response
     }

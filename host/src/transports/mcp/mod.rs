@@ -1,6 +1,9 @@
-//! The Model Context Protocol, revision 2025-11-25 (and the three handshake-era
-//! revisions before it), over Streamable HTTP, as the `mcp` 2.3.0 Python client
-//! speaks it: every plugin tool for any MCP client, with the host's approvals.
+//! The Model Context Protocol over Streamable HTTP, as the `mcp` 2.3.0 Python
+//! client speaks it, in both its eras on the same path: revision 2025-11-25
+//! (and the three handshake-era revisions before it) with sessions, and the
+//! stateless 2026-07-28 ([`modern`]). Every plugin tool for any MCP client,
+//! with the host's approvals. The era is chosen per request
+//! ([`envelope::is_modern`]): a client gets the newest it asks for.
 //!
 //! - this module: `POST/GET/DELETE {mcp.path}` (§"Transports" → "Streamable
 //!   HTTP": sending messages, listening for messages, session management),
@@ -23,15 +26,17 @@
 //! call's own stream sit in the request path, where a framework's session
 //! manager would hide them.
 //!
-//! Choices the issue left open, documented in `docs/protocols/mcp.md`: the stateless
-//! 2026-07-28 era is not served (`server/discover` gets HTTP 400, so clients
-//! fall back to `initialize`); `tools/call` answers on an SSE stream whenever
-//! the client accepts one (other requests answer JSON); on a fleet, a session
-//! is served by any node (see [`fleet`]).
+//! Choices the issue left open, documented in `docs/protocols/mcp.md`: in a
+//! session, `tools/call` answers on an SSE stream whenever the client accepts
+//! one (other requests answer JSON); at 2026-07-28 every request but
+//! `subscriptions/listen` answers JSON; on a fleet, a session is served by
+//! any node (see [`fleet`]), and a stateless request by any node at all.
 
 pub mod activity;
+pub mod envelope;
 pub mod error;
 mod fleet;
+mod modern;
 mod prompts;
 mod resources;
 mod state;
@@ -124,14 +129,17 @@ async fn receive(
         Ok(message) => message,
         Err(Refused { id, fault }) => return McpError::from(fault).into_response_for(&id),
     };
-    if let Inbound::Request { id, method, params } = &message {
-        if method == "initialize" {
-            return initialize(&shared, peer, id, params).await;
-        }
-        if method == "server/discover" {
-            // The stateless era is not served; saying so sends the SDK to `initialize`.
-            return McpError::UnservedEra.into_response_for(id);
-        }
+    let params = match &message {
+        Inbound::Request { params, .. } | Inbound::Notification { params, .. } => Some(params),
+        Inbound::Response { .. } => None,
+    };
+    if envelope::is_modern(&headers, params) {
+        return modern::receive(&shared, peer, &headers, message).await;
+    }
+    if let Inbound::Request { id, method, params } = &message
+        && method == "initialize"
+    {
+        return initialize(&shared, peer, id, params).await;
     }
     let id = match &message {
         Inbound::Request { id, .. } => id.clone(),
@@ -265,6 +273,9 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(error) = authorize(&shared, &headers) {
         return error.into_response();
     }
+    if envelope::is_modern(&headers, None) {
+        return McpError::MethodNotAllowed.into_response();
+    }
     if !accepts(&headers, "text/event-stream") {
         return McpError::NotAcceptable("the notification stream is text/event-stream".into())
             .into_response();
@@ -278,29 +289,23 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     };
     let in_use = session.in_use();
     let (sender, receiver) = mpsc::channel::<Value>(STREAM_BUFFER);
-    let runtime = shared.node.runtime.clone();
-    let mut changes = runtime.registry_changes();
+    let mut listings = ListingWatch::new(shared.node.runtime.clone());
     let mut ended = session.ended();
     let work = tokio::spawn(async move {
         let _held = (listening, in_use);
-        let mut shown = Listings::of(&runtime.registry());
         if *ended.borrow_and_update() {
             return;
         }
         loop {
             tokio::select! {
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    let now = Listings::of(&runtime.registry());
-                    for method in now.changed_since(&shown) {
+                changed = listings.next() => {
+                    let Some(methods) = changed else { return };
+                    for method in methods {
                         let note = jsonrpc::notification(method, None);
                         if sender.send(note).await.is_err() {
                             return;
                         }
                     }
-                    shown = now;
                 }
                 _ = ended.changed() => return,
                 () = sender.closed() => return,
@@ -310,7 +315,40 @@ async fn listen(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     stream_of(receiver, work)
 }
 
-/// What a session's client was last shown of each list a hot reload can change.
+/// What a stream's client was last shown of the lists a hot reload can
+/// change, and the registry's changes: one watcher for a session's `GET`
+/// stream and a 2026 listen stream, so both eras announce the same changes.
+struct ListingWatch {
+    runtime: crate::runtime::Runtime,
+    changes: tokio::sync::watch::Receiver<u64>,
+    shown: Listings,
+}
+
+impl ListingWatch {
+    fn new(runtime: crate::runtime::Runtime) -> ListingWatch {
+        // Subscribed before the first look, so a reload in between is still seen.
+        let changes = runtime.registry_changes();
+        let shown = Listings::of(&runtime.registry());
+        ListingWatch {
+            runtime,
+            changes,
+            shown,
+        }
+    }
+
+    /// The `notifications/*/list_changed` methods the next registry change
+    /// calls for (none when it changed nothing listed); `None` once the
+    /// runtime is gone.
+    async fn next(&mut self) -> Option<Vec<&'static str>> {
+        self.changes.changed().await.ok()?;
+        let now = Listings::of(&self.runtime.registry());
+        let methods = now.changed_since(&self.shown);
+        self.shown = now;
+        Some(methods)
+    }
+}
+
+/// A fingerprint of each list a hot reload can change.
 #[derive(PartialEq)]
 struct Listings {
     tools: String,
@@ -347,6 +385,9 @@ impl Listings {
 async fn end_session(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(error) = authorize(&shared, &headers) {
         return error.into_response();
+    }
+    if envelope::is_modern(&headers, None) {
+        return McpError::MethodNotAllowed.into_response();
     }
     let Some(id) = headers.get(SESSION_HEADER).and_then(|value| value.to_str().ok()) else {
         return McpError::MissingSession.into_response();

@@ -9,7 +9,9 @@
 //! `agora://protocols/<sha1>`, the SHA1 of its exact bytes (the hash Agora
 //! peers send as `protocolHash`), so a URI never names two texts and a client
 //! may keep what it read for as long as it likes. `resources/read` answers the
-//! bytes as loaded, as `text/markdown`.
+//! bytes as loaded, as `text/markdown` unless the plugin declares another media
+//! type for it (its capabilities' `documents`; when several plugins serve one
+//! document, the first by file name that declares one is shown).
 //!
 //! **Bounds.** A document is at most 256 KiB and a plugin has at most 64 (the
 //! manifest's bounds, checked at load); a `resources/list` page holds
@@ -25,19 +27,22 @@ use serde_json::{Value, json};
 
 use super::error::McpError;
 use super::state::Shared;
+use super::wire;
 use crate::jsonrpc::Faults;
 use crate::runtime::Registry;
 use crate::transports::agora::document;
 
 /// Where every document's URI starts; the rest is its SHA1 in lower-case hex.
 pub const URI_PREFIX: &str = "agora://protocols/";
-/// The media type of every document: Agora protocol documents are Markdown.
+/// The media type of a document no plugin declares one for: Agora protocol documents are Markdown.
 const MIME_TYPE: &str = "text/markdown";
 
 /// One document and the plugins that serve it (several may carry the same text).
 struct Listed<'a> {
     text: &'a str,
     plugins: Vec<&'a str>,
+    /// What a plugin serving it declares, else [`MIME_TYPE`].
+    mime_type: &'a str,
 }
 
 /// Every document the loaded plugins serve, by hash (the order pages follow).
@@ -45,14 +50,16 @@ fn listed_documents(registry: &Registry) -> BTreeMap<&str, Listed<'_>> {
     let mut documents: BTreeMap<&str, Listed<'_>> = BTreeMap::new();
     for plugin in registry.plugins() {
         for protocol in &plugin.manifest.protocols {
-            documents
-                .entry(protocol.hash.as_str())
-                .or_insert_with(|| Listed {
-                    text: &protocol.text,
-                    plugins: Vec::new(),
-                })
-                .plugins
-                .push(&plugin.manifest.name);
+            let declared = plugin.capabilities.document_mime_type(&protocol.hash);
+            let listed = documents.entry(protocol.hash.as_str()).or_insert_with(|| Listed {
+                text: &protocol.text,
+                plugins: Vec::new(),
+                mime_type: MIME_TYPE,
+            });
+            listed.plugins.push(&plugin.manifest.name);
+            if let (Some(declared), true) = (declared, listed.mime_type == MIME_TYPE) {
+                listed.mime_type = declared;
+            }
         }
     }
     documents
@@ -66,7 +73,7 @@ fn describe(hash: &str, listed: &Listed<'_>) -> Value {
     let mut resource = json!({
         "uri": format!("{URI_PREFIX}{hash}"),
         "name": name,
-        "mimeType": MIME_TYPE,
+        "mimeType": listed.mime_type,
         "size": listed.text.len(),
         "_meta": {"agora-node/plugins": listed.plugins},
     });
@@ -80,26 +87,14 @@ fn describe(hash: &str, listed: &Listed<'_>) -> Value {
 /// and the cursor of the next page (the last hash of this one).
 pub fn list_page(shared: &Shared, cursor: Option<&str>) -> Value {
     let registry = shared.node.runtime.registry();
-    let page_size = shared.node.config.mcp.page_size;
     let documents = listed_documents(&registry);
-    let mut rest = documents
-        .iter()
-        .filter(|(hash, _)| cursor.is_none_or(|after| **hash > after))
-        .peekable();
-    let mut resources = Vec::new();
-    let mut last = None;
-    while resources.len() < page_size {
-        let Some((hash, listed)) = rest.next() else { break };
-        resources.push(describe(hash, listed));
-        last = Some(*hash);
-    }
-    let mut page = json!({"resources": resources});
-    if rest.peek().is_some()
-        && let Some(last) = last
-    {
-        page["nextCursor"] = json!(last);
-    }
-    page
+    wire::page(
+        "resources",
+        documents.iter().map(|(hash, listed)| (*hash, (*hash, listed))),
+        cursor,
+        shared.node.config.mcp.page_size,
+        |(hash, listed)| describe(hash, listed),
+    )
 }
 
 /// `resources/templates/list`: the one shape of a document's URI, so a client
@@ -127,7 +122,7 @@ pub fn read(shared: &Shared, uri: &str) -> Result<Value, McpError> {
     let listed = documents.get(hash).ok_or_else(unknown)?;
     Ok(json!({"contents": [{
         "uri": uri,
-        "mimeType": MIME_TYPE,
+        "mimeType": listed.mime_type,
         "text": listed.text,
     }]}))
 }

@@ -45,6 +45,7 @@ use crate::listener::caps::client_key;
 use crate::node::state::NodeState;
 use crate::policy::admission::{Admission, Bounds, Refusal, Slot};
 use crate::runtime::ApprovalOutcome;
+use crate::runtime::approval::ApprovalRounds;
 
 pub type Shared = Arc<McpState>;
 
@@ -60,6 +61,13 @@ pub struct McpState {
     pub validators: Validators,
     /// Whether sessions are fleet state (the store is shared).
     fleet: bool,
+    /// 2026-07-28: approvals asked as `InputRequiredResult` rounds.
+    pub rounds: ApprovalRounds,
+    /// 2026-07-28: calls running per client address (`mcp.max_calls_per_ip`;
+    /// node-wide, the plugin pool bounds them).
+    pub modern_calls: Admission<IpAddr>,
+    /// 2026-07-28: `subscriptions/listen` streams open.
+    pub listens: Admission<IpAddr>,
 }
 
 /// One client's session.
@@ -98,12 +106,30 @@ impl McpState {
             wait: Duration::ZERO,
         });
         let fleet = node.store.is_shared();
+        let modern_calls = Admission::new(Bounds {
+            total: usize::MAX,
+            total_key: "mcp.max_calls_per_ip",
+            per_client: config.max_calls_per_ip,
+            per_client_key: "mcp.max_calls_per_ip",
+            wait: Duration::ZERO,
+        });
+        let listens = Admission::new(Bounds {
+            total: config.max_listen_streams,
+            total_key: "mcp.max_listen_streams",
+            per_client: config.max_listen_streams_per_ip,
+            per_client_key: "mcp.max_listen_streams_per_ip",
+            wait: Duration::ZERO,
+        });
+        let rounds = ApprovalRounds::new(node.store.clone(), &node.config.tools);
         Arc::new(McpState {
             node,
             sessions: Mutex::default(),
             places,
             validators: Validators::default(),
             fleet,
+            rounds,
+            modern_calls,
+            listens,
         })
     }
 

@@ -13,17 +13,22 @@
 //! answer may reach another node: see [`super::fleet`].
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use super::envelope::Envelope;
+use super::error::McpError;
 use super::fleet;
 use super::state::{McpSession, Shared};
-use super::wire::{ElicitAnswer, ToolCallParams, elicit_answer};
+use super::wire::{self, ElicitAnswer, ToolCallParams, elicit_answer};
 use crate::jsonrpc;
-use crate::runtime::approval::{Answer, AnswerError, Answerer, Decision, WaitingApproval};
+use crate::runtime::approval::{
+    Answer, AnswerError, Answerer, Decision, RoundQuestion, RoundRefusal, WaitingApproval,
+};
 use crate::runtime::manifest::ToolSpec;
 use crate::runtime::{
     ApprovalAsked, ApprovalOutcome, Approver, Exchange, LoadedPlugin, Registry, Risk, ToolError,
@@ -54,25 +59,16 @@ fn listed_tools(registry: &Registry) -> Vec<(&Arc<LoadedPlugin>, &ToolSpec)> {
 pub fn list_page(shared: &Shared, cursor: Option<&str>) -> Value {
     let runtime = &shared.node.runtime;
     let registry = runtime.registry();
-    let page_size = shared.node.config.mcp.page_size;
-    let mut rest = listed_tools(&registry)
+    let tools = listed_tools(&registry)
         .into_iter()
-        .filter(|(_, spec)| cursor.is_none_or(|after| spec.name.as_str() > after))
-        .peekable();
-    let mut tools = Vec::new();
-    let mut last = None;
-    while tools.len() < page_size {
-        let Some((plugin, spec)) = rest.next() else { break };
-        tools.push(describe(plugin, spec, runtime.needs_approval(spec.risk)));
-        last = Some(spec.name.clone());
-    }
-    let mut page = json!({"tools": tools});
-    if rest.peek().is_some()
-        && let Some(last) = last
-    {
-        page["nextCursor"] = json!(last);
-    }
-    page
+        .map(|(plugin, spec)| (spec.name.as_str(), (plugin, spec)));
+    wire::page(
+        "tools",
+        tools,
+        cursor,
+        shared.node.config.mcp.page_size,
+        |(plugin, spec)| describe(plugin, spec, runtime.needs_approval(spec.risk)),
+    )
 }
 
 /// A hash of what `tools/list` shows, to tell whether a hot reload changed it.
@@ -168,6 +164,65 @@ fn error_result(text: String) -> Value {
     result(text, None, true)
 }
 
+/// The plugin and spec of tool `name`, or the error result that says it is unknown.
+fn resolve(shared: &Shared, name: &str) -> Result<(Arc<LoadedPlugin>, ToolSpec), Value> {
+    let registry = shared.node.runtime.registry();
+    registry
+        .tool(name)
+        .and_then(|plugin| {
+            let spec = plugin.manifest.tools.iter().find(|t| t.name == name)?;
+            Some((plugin.clone(), spec.clone()))
+        })
+        .ok_or_else(|| {
+            error_result(format!(
+                "Unknown tool: {name:?} is not a tool of this node (tools/list lists them)"
+            ))
+        })
+}
+
+/// Resolve and check a call's arguments: the plugin and spec to run, or the error result.
+fn checked(shared: &Shared, call: &ToolCallParams) -> Result<(Arc<LoadedPlugin>, ToolSpec), Value> {
+    let (plugin, spec) = resolve(shared, &call.name)?;
+    let problems = shared.validators.check(&plugin, &spec, &call.arguments);
+    if !problems.is_empty() {
+        return Err(error_result(format!(
+            "Invalid arguments for tool {}: {}",
+            call.name,
+            problems.join("; ")
+        )));
+    }
+    Ok((plugin, spec))
+}
+
+/// The result of a call that ran or was refused by the tool path, and its
+/// history status; `unasked_why` completes "did not declare the elicitation
+/// capability" when the client declared it but could not be asked.
+fn answer_of(
+    name: &str,
+    spec: &ToolSpec,
+    outcome: Result<String, ToolError>,
+    unasked_why: &str,
+) -> (&'static str, Value) {
+    match outcome {
+        Ok(output) => {
+            let structured = serde_json::from_str::<Value>(&output)
+                .ok()
+                .filter(Value::is_object);
+            ("completed", result(output, structured, false))
+        }
+        Err(ToolError::NoApprover(_)) => (
+            "failed",
+            error_result(format!(
+                "Tool {name} needs human approval (risk {}), and this client cannot be asked: \
+                 it did not declare the elicitation capability{unasked_why}. The tool did not run.",
+                spec.risk.as_str(),
+            )),
+        ),
+        Err(error @ ToolError::Failed { .. }) => ("failed", error_result(error.to_string())),
+        Err(error) => ("failed", error_result(format!("{error}. The tool did not run."))),
+    }
+}
+
 /// Run one `tools/call`. `stream` is the request's SSE stream, where an approval
 /// form can be sent; `None` when the client takes only JSON.
 pub async fn call(
@@ -176,27 +231,11 @@ pub async fn call(
     params: ToolCallParams,
     stream: Option<mpsc::Sender<Value>>,
 ) -> Value {
-    let ToolCallParams { name, arguments } = params;
-    let registry = shared.node.runtime.registry();
-    let Some((plugin, spec)) = registry.tool(&name).and_then(|plugin| {
-        plugin
-            .manifest
-            .tools
-            .iter()
-            .find(|t| t.name == name)
-            .map(|spec| (plugin, spec))
-    }) else {
-        return error_result(format!(
-            "Unknown tool: {name:?} is not a tool of this node (tools/list lists them)"
-        ));
+    let (_plugin, spec) = match checked(shared, &params) {
+        Ok(found) => found,
+        Err(refused) => return refused,
     };
-    let problems = shared.validators.check(plugin, spec, &arguments);
-    if !problems.is_empty() {
-        return error_result(format!(
-            "Invalid arguments for tool {name}: {}",
-            problems.join("; ")
-        ));
-    }
+    let ToolCallParams { name, arguments } = params;
     let Some(_slot) = session.call_slot() else {
         return error_result(format!(
             "this session already has {} tool calls running, its limit; wait for one to end",
@@ -216,29 +255,12 @@ pub async fn call(
         exchange = exchange.with_approver(approver.clone());
     }
     let outcome = shared.node.runtime.call_tool(&name, arguments, &exchange).await;
-    let (status, answer) = match outcome {
-        Ok(output) => {
-            let structured = serde_json::from_str::<Value>(&output)
-                .ok()
-                .filter(Value::is_object);
-            ("completed", result(output, structured, false))
-        }
-        Err(ToolError::NoApprover(_)) => (
-            "failed",
-            error_result(format!(
-                "Tool {name} needs human approval (risk {}), and this client cannot be asked: \
-                 it did not declare the elicitation capability{}. The tool did not run.",
-                spec.risk.as_str(),
-                if session.elicitation {
-                    " for this call (it accepts no event stream)"
-                } else {
-                    ""
-                }
-            )),
-        ),
-        Err(error @ ToolError::Failed { .. }) => ("failed", error_result(error.to_string())),
-        Err(error) => ("failed", error_result(format!("{error}. The tool did not run."))),
+    let unasked_why = if session.elicitation {
+        " for this call (it accepts no event stream)"
+    } else {
+        ""
     };
+    let (status, answer) = answer_of(&name, &spec, outcome, unasked_why);
     let text = answer["content"][0]["text"].as_str().unwrap_or_default();
     let summary: String = text.chars().take(4_000).collect();
     shared
@@ -249,6 +271,98 @@ pub async fn call(
         )
         .await;
     answer
+}
+
+/// A 2026-07-28 `tools/call` (no session, nothing waits on the node): a tool
+/// that needs approval is answered with an `InputRequiredResult` whose form is
+/// the one a session's client is sent, and runs only when the call comes back
+/// with the human's answer and the round's `requestState`, checked and claimed
+/// once by [`crate::runtime::approval::ApprovalRounds`]. A client that
+/// declared no form elicitation is told, as in a session, and nothing runs.
+pub async fn call_stateless(
+    shared: &Shared,
+    client: IpAddr,
+    envelope: &Envelope,
+    params: &Value,
+) -> Result<Value, McpError> {
+    let call = super::wire::tool_call_params(params)?;
+    let round = round_answer(params)?;
+    let (_plugin, spec) = match checked(shared, &call) {
+        Ok(found) => found,
+        Err(refused) => return Ok(refused),
+    };
+    let runtime = &shared.node.runtime;
+    let question = RoundQuestion {
+        method: "tools/call",
+        tool_name: &call.name,
+        arguments: &call.arguments,
+        risk: spec.risk,
+        description: &spec.description,
+    };
+    let mut exchange = Exchange::new().with_caller("mcp", client.to_string());
+    if runtime.needs_approval(spec.risk) {
+        match round {
+            None if envelope.accepts_form_elicitation() => {
+                let round = shared.rounds.mint(&question).await.map_err(refused_round)?;
+                let form = approval_form(&round.asked, envelope.version);
+                return Ok(json!({
+                    "resultType": "input_required",
+                    "inputRequests": {round.asked.approval_id: {"method": "elicitation/create", "params": form}},
+                    "requestState": round.state,
+                }));
+            }
+            // No form can be asked: the tool path says so, as in a session.
+            None => {}
+            Some((state, key, answer)) => {
+                let (_, outcome) = decision_of(elicit_answer(Ok(answer)));
+                let redeemed = shared
+                    .rounds
+                    .redeem(&state, &question, &key, outcome)
+                    .await
+                    .map_err(refused_round)?;
+                tracing::debug!(approval = redeemed.approval_id(), tool = %call.name, "mcp: approval round answered");
+                exchange = exchange.with_redeemed(redeemed);
+            }
+        }
+    }
+    let Ok(_slot) = shared.modern_calls.try_admit(&client) else {
+        return Ok(error_result(format!(
+            "this client address already has {} tool calls running, its limit (mcp.max_calls_per_ip); \
+             wait for one to end",
+            shared.node.config.mcp.max_calls_per_ip
+        )));
+    };
+    let outcome = runtime.call_tool(&call.name, call.arguments, &exchange).await;
+    Ok(answer_of(&call.name, &spec, outcome, "").1)
+}
+
+/// A round's refusal as the client sees it; the reason goes to the log.
+fn refused_round(refusal: RoundRefusal) -> McpError {
+    match refusal {
+        RoundRefusal::Store(error) => McpError::from(error),
+        refusal => {
+            tracing::info!(%refusal, "mcp: an approval round's answer is refused");
+            McpError::InvalidRequestState
+        }
+    }
+}
+
+/// The `requestState`, answered key and answer a retried call carries: both or
+/// neither, and exactly one answer (the node asks one question per round).
+fn round_answer(params: &Value) -> Result<Option<(String, String, Value)>, McpError> {
+    let state = params.get("requestState").filter(|value| !value.is_null());
+    let responses = params.get("inputResponses").filter(|value| !value.is_null());
+    match (state, responses) {
+        (None, None) => Ok(None),
+        (Some(Value::String(state)), Some(Value::Object(responses))) if responses.len() == 1 => {
+            let (key, answer) = responses.iter().next().expect("one answer");
+            if !answer.is_object() {
+                return Err(McpError::InvalidRequestState);
+            }
+            Ok(Some((state.clone(), key.clone(), answer.clone())))
+        }
+        _ => Err(McpError::InvalidRequestState),
+    }
 }
 
 /// Asks the client's human with a form on the call's stream; the answer comes

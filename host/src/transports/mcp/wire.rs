@@ -10,8 +10,8 @@ use crate::jsonrpc::{Dialect, Faults};
 
 /// The handshake-era revisions the node serves, oldest first; the last is
 /// offered to a client asking for one the node does not know (§"Lifecycle",
-/// "Version Negotiation"). The stateless 2026 era (`server/discover`) is not
-/// served, and not advertised.
+/// "Version Negotiation"). The stateless 2026 era is served beside them
+/// ([`super::envelope`]), never through `initialize`.
 pub const PROTOCOL_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 pub const LATEST_PROTOCOL_VERSION: &str = "2025-11-25";
 /// The header a client repeats its negotiated revision in after initialize.
@@ -39,7 +39,13 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
 /// Whether `initialize`'s client capabilities let the node ask for a form:
 /// `elicitation: {}` (2025-06-18) or `elicitation: {form: {}}` (2025-11-25).
 pub fn accepts_form_elicitation(params: &Value) -> bool {
-    match params.pointer("/capabilities/elicitation") {
+    params.get("capabilities").is_some_and(capabilities_allow_forms)
+}
+
+/// The one rule for both eras' client capabilities (`initialize`'s, or a
+/// 2026 request's `_meta`): `elicitation` declared, with `form` or without `url`.
+pub fn capabilities_allow_forms(capabilities: &Value) -> bool {
+    match capabilities.get("elicitation") {
         Some(Value::Object(modes)) => modes.contains_key("form") || !modes.contains_key("url"),
         _ => false,
     }
@@ -68,6 +74,37 @@ pub fn tool_call_params(params: &Value) -> Result<ToolCallParams, McpError> {
         name: name.to_string(),
         arguments,
     })
+}
+
+/// One page of a list (`tools`, `resources`, `prompts`) whose `entries` come
+/// sorted by key: those after `cursor`, at most `page_size`, each described
+/// only if it is on the page, and `nextCursor` (the page's last key) when
+/// more follow. One paging rule for every list, in both eras (§"Pagination").
+pub fn page<'a, T>(
+    list: &str,
+    entries: impl IntoIterator<Item = (&'a str, T)>,
+    cursor: Option<&str>,
+    page_size: usize,
+    describe: impl Fn(T) -> Value,
+) -> Value {
+    let mut rest = entries
+        .into_iter()
+        .filter(|(key, _)| cursor.is_none_or(|after| *key > after))
+        .peekable();
+    let mut described = Vec::new();
+    let mut last = None;
+    while described.len() < page_size {
+        let Some((key, entry)) = rest.next() else { break };
+        described.push(describe(entry));
+        last = Some(key);
+    }
+    let mut page = serde_json::json!({ list: described });
+    if rest.peek().is_some()
+        && let Some(last) = last
+    {
+        page["nextCursor"] = Value::from(last);
+    }
+    page
 }
 
 /// `tools/list`'s cursor: an opaque string the node made (the last name of the previous page).

@@ -17,8 +17,13 @@ class Extensions(Protocol):
         """
         JSON text, read once after the manifest (settings may be read meanwhile):
         `{"llm": ["default" | PROVIDER, …], "schedules": [{"name": …, "every": "30s" | CRON}, …],
-          "allowed_hosts": ["https://api.example.org", …]}` — the last, where `wasi:http`
-        requests may go (the node's `outbound.allowed_hosts` must list each host too).
+          "allowed_hosts": ["https://api.example.org", …],
+          "prompts": [{"name": …, "description": …, "arguments": [{"name", "description", "required"}]}, …],
+          "documents": {"<document SHA1, hex>" | "default": {"mime_type": "text/plain"}}}` —
+        `allowed_hosts`, where `wasi:http` requests may go (the node's
+        `outbound.allowed_hosts` must list each host too); `prompts`, what MCP clients
+        are offered (rendered by the `prompts` export); `documents`, the media type
+        MCP clients are shown for a protocol document (else `text/markdown`).
         Keys the host does not know are refused, so a plugin never believes it has what it has not.
         """
         raise NotImplementedError
@@ -28,6 +33,21 @@ class Extensions(Protocol):
         """
         Run the schedule `name` (one of `capabilities`' schedules). The host calls
         it at most once at a time per schedule, under the same limits as any call.
+        
+        Raises: `componentize_py_types.Err(wit_world.imports.str)`
+        """
+        raise NotImplementedError
+
+
+class Prompts(Protocol):
+
+    @abstractmethod
+    def get(self, name: str, arguments: str) -> str:
+        """
+        Render the prompt `name` with `arguments`, a JSON object of strings (the
+        host has checked that every required argument is there): JSON text
+        `{"description"?: …, "messages": [{"role": "user" | "assistant", "text": …}, …]}`,
+        or why it cannot. Run under the same instance policy and limits as `run-tool`.
         
         Raises: `componentize_py_types.Err(wit_world.imports.str)`
         """
