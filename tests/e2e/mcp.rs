@@ -598,6 +598,11 @@ fn a_hot_reload_is_announced_on_the_listen_stream() {
             events.contains(&json!("ResourcesListChanged")),
             "{mode}: {observed}"
         );
+        // unit-converter's `convert` prompt went too.
+        assert!(
+            events.contains(&json!("PromptsListChanged")),
+            "{mode}: {observed}"
+        );
         let names = |pages: &Value| listed(pages, "tools", "name");
         let (before, after) = (names(&observed["before"]), names(&observed["after"]));
         assert_the_unit_converter_went(&observed, before, after);

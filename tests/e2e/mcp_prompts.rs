@@ -103,10 +103,13 @@ fn prompts_in_mode(mode: &str, version: &str) {
         "{observed}"
     );
     assert_eq!(prompts[2]["arguments"][0]["name"], "who", "{observed}");
-    assert_eq!(
-        observed["capabilities"]["prompts"]["listChanged"], true,
-        "{observed}"
-    );
+    // A pinned client skips `server/discover`, so it knows no capabilities.
+    if mode != "2026-07-28" {
+        assert_eq!(
+            observed["capabilities"]["prompts"]["listChanged"], true,
+            "{observed}"
+        );
+    }
 
     // Rendered with the arguments, in MCP's text content.
     let converted = get(&observed, 0);
@@ -208,6 +211,11 @@ fn plugin_prompts_list_render_and_refuse_through_the_legacy_client() {
 #[test]
 fn plugin_prompts_list_render_and_refuse_through_the_auto_client() {
     prompts_in_mode("auto", "2026-07-28");
+}
+
+#[test]
+fn plugin_prompts_list_render_and_refuse_through_the_pinned_client() {
+    prompts_in_mode("2026-07-28", "2026-07-28");
 }
 
 #[test]

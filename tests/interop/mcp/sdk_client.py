@@ -27,8 +27,8 @@ no discover; "legacy": the 2025-11-25 initialize handshake only).
                         (the arguments of --other-args OTHER_JSON), othertool (convert_units), replay (ok again),
                         fresh (a new call and its accepted answer), late (ok after 2.5 s)
   listen                (2026 modes) list, open subscriptions/listen for the three list kinds
-                        and one resource URI, print "ready", collect events until tools and
-                        resources changed, list again
+                        and one resource URI, print "ready", collect events until tools,
+                        resources and prompts changed, list again
   listen-end            (2026 modes) open a listen and iterate until the stream ends: "graceful"
                         or the exception
 
@@ -407,7 +407,7 @@ async def listen(url):
                 with anyio.move_on_after(TIMEOUT):
                     async for event in subscription:
                         events.append(type(event).__name__)
-                        if {"ToolsListChanged", "ResourcesListChanged"} <= set(events):
+                        if {"ToolsListChanged", "ResourcesListChanged", "PromptsListChanged"} <= set(events):
                             break
             after = await list_pages(connected)
             resources_after = await resource_pages(connected)
