@@ -716,6 +716,17 @@ fn dechunk(mut rest: &str) -> String {
 
 // --- Python peers ---
 
+/// `python script SCENARIO URL ARGS…`: how every peer scenario is started.
+fn scenario_command(python: &Path, script: &str, scenario: &str, url: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(python);
+    command
+        .arg(repo_root().join(script))
+        .arg(scenario)
+        .arg(url)
+        .args(args);
+    command
+}
+
 /// Run a reference peer's script (`tests/interop/...`) against `node` with
 /// `python`: `script SCENARIO URL ARGS…`, which prints what it observed as one
 /// JSON line last. A failing script fails the test with its output and the node's log.
@@ -727,11 +738,7 @@ pub fn run_scenario(
     args: &[&str],
     node: &TestNode,
 ) -> serde_json::Value {
-    let output = Command::new(python)
-        .arg(repo_root().join(script))
-        .arg(scenario)
-        .arg(url)
-        .args(args)
+    let output = scenario_command(python, script, scenario, url, args)
         .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -764,11 +771,7 @@ impl ReadyScenario {
         args: &[&str],
         node: &TestNode,
     ) -> Self {
-        let mut child = Command::new(python)
-            .arg(repo_root().join(script))
-            .arg(scenario)
-            .arg(url)
-            .args(args)
+        let mut child = scenario_command(python, script, scenario, url, args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

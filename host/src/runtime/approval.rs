@@ -601,18 +601,8 @@ impl ApprovalRounds {
     async fn key(&self) -> Result<&[u8; 32], RoundRefusal> {
         self.key
             .get_or_try_init(|| async {
-                use rand::RngCore;
-                let mut fresh = [0u8; 32];
-                rand::rngs::OsRng.fill_bytes(&mut fresh);
-                let store = &self.store;
-                let collection = crate::store::Collection::Meta;
-                store
-                    .insert_new(collection, ROUND_KEY, &hex::encode(fresh), None)
-                    .await?;
-                let kept: Option<String> = store.get(collection, ROUND_KEY).await?;
-                let bytes = kept
-                    .and_then(|kept| hex::decode(kept).ok())
-                    .ok_or(RoundRefusal::Malformed)?;
+                let kept = self.store.shared_secret(ROUND_KEY).await?;
+                let bytes = hex::decode(kept).map_err(|_| RoundRefusal::Malformed)?;
                 <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| RoundRefusal::Malformed)
             })
             .await

@@ -448,6 +448,24 @@ impl Store {
             .await
     }
 
+    /// The secret every node sharing this store holds under `key` in
+    /// [`Collection::Meta`]: 32 random bytes, hex-encoded, made by whichever
+    /// node asks first (`insert_new`, so two first askers agree) and read by
+    /// every other, now and after restarts.
+    pub async fn shared_secret(&self, key: &[u8]) -> Result<String> {
+        use rand::RngCore;
+        let mut fresh = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut fresh);
+        self.insert_new(Collection::Meta, key, &hex::encode(fresh), None)
+            .await?;
+        self.get::<String>(Collection::Meta, key).await?.ok_or_else(|| {
+            StoreError::Database(format!(
+                "the shared secret {:?} vanished from the store",
+                String::from_utf8_lossy(key)
+            ))
+        })
+    }
+
     /// Accept `key` once until `expires_at_ms` (replay protection): `true` for
     /// the first claim, `false` while a claim is live, on any node sharing the store.
     pub async fn claim_once(&self, key: &[u8], expires_at_ms: u64) -> Result<bool> {

@@ -124,18 +124,7 @@ pub fn node_identity(config: &Config, store: &Store) -> Result<AgentIdentity, St
 /// The seed every node of a fleet shares: made once by whichever node asks
 /// first, kept in the shared store.
 pub async fn fleet_seed(store: &Store) -> Result<String, String> {
-    let mut fresh = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut fresh);
-    let fresh = hex::encode(fresh);
-    store
-        .insert_new(Collection::Meta, SEED_KEY, &fresh, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    store
-        .get::<String>(Collection::Meta, SEED_KEY)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "the fleet's uAgents seed vanished from the store".to_string())
+    store.shared_secret(SEED_KEY).await.map_err(|e| e.to_string())
 }
 
 async fn seed_from_file(config: &Config, store: &Store) -> Result<AgentIdentity, String> {
