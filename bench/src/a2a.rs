@@ -74,6 +74,7 @@ pub async fn row11(settings: &Settings) -> Result<Row> {
     })?;
     let target = Target {
         addr: node.addr,
+        transport: Default::default(),
         path: "/a2a".into(),
         headers: vec![("A2A-Version".into(), "1.0".into())],
         body: Arc::new(send_message),

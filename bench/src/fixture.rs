@@ -33,6 +33,7 @@ pub(crate) fn converter_query() -> Value {
 pub(crate) fn agora_target(server: &Server, path: &str, body: Bytes, check: load::CheckFn) -> Target {
     Target {
         addr: server.addr,
+        transport: Default::default(),
         path: path.into(),
         headers: Vec::new(),
         body: Arc::new(move |_, _| body.clone()),

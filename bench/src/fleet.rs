@@ -100,6 +100,7 @@ fn guess_number_start(addr: std::net::SocketAddr) -> Result<Target> {
     );
     Ok(Target {
         addr,
+        transport: Default::default(),
         path: "/agora".into(),
         headers: Vec::new(),
         body: Arc::new(move |_, _| body.clone()),
@@ -115,6 +116,7 @@ fn envelope_request(addr: std::net::SocketAddr, connections: usize) -> Target {
     let keys = Arc::new(envelope_keys(connections));
     Target {
         addr,
+        transport: Default::default(),
         path: "/envelopes".into(),
         headers: Vec::new(),
         body: Arc::new(move |conn, _| Bytes::from(floor::sum_request(&keys[conn % keys.len()]).to_string())),

@@ -7,6 +7,9 @@
 //! scheduled at a constant rate spread over the connections and latency is
 //! counted from the scheduled time, so a stall is not hidden by the client
 //! waiting: no coordinated omission).
+//!
+//! A target's [`Transport`] says how its connections are made: plain TCP or
+//! TLS (row 17), kept alive or one new connection per request.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +21,9 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 /// A request without a reply by then counts as failed (and its connection is replaced).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,6 +41,29 @@ pub struct Target {
     pub headers: Vec<(String, String)>,
     pub body: BodyFn,
     pub check: CheckFn,
+    pub transport: Transport,
+}
+
+/// How a target's connections are made; the default is plain TCP kept alive.
+#[derive(Clone, Default)]
+pub struct Transport {
+    /// TLS to the target's address (its IP as the server name), else plain TCP.
+    pub tls: Option<TlsConnector>,
+    /// Connect (and handshake) for every request, sent with `connection: close`:
+    /// a client that keeps nothing between requests.
+    pub connection_per_request: bool,
+}
+
+impl Target {
+    pub fn over_tls(mut self, connector: TlsConnector) -> Target {
+        self.transport.tls = Some(connector);
+        self
+    }
+
+    pub fn connection_per_request(mut self) -> Target {
+        self.transport.connection_per_request = true;
+        self
+    }
 }
 
 /// What one segment of load measured.
@@ -84,15 +112,21 @@ pub fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds")
 }
 
-/// One client connection that reconnects when the server closes it (HTTP/1.0 peers).
+/// One client connection that reconnects when the server closes it (HTTP/1.0
+/// peers, or a [`Transport`] of one connection per request).
 struct Connection {
     addr: SocketAddr,
+    transport: Transport,
     sender: Option<SendRequest<Full<Bytes>>>,
 }
 
 impl Connection {
-    fn new(addr: SocketAddr) -> Connection {
-        Connection { addr, sender: None }
+    fn new(target: &Target) -> Connection {
+        Connection {
+            addr: target.addr,
+            transport: target.transport.clone(),
+            sender: None,
+        }
     }
 
     async fn ready(&mut self) -> Result<&mut SendRequest<Full<Bytes>>> {
@@ -106,12 +140,17 @@ impl Connection {
             .await
             .with_context(|| format!("connecting to {}", self.addr))?;
         stream.set_nodelay(true)?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .context("HTTP handshake")?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let sender = match &self.transport.tls {
+            None => http_handshake(stream).await?,
+            Some(connector) => {
+                let handshake = connector.connect(self.addr.ip().into(), stream);
+                let stream = tokio::time::timeout(REQUEST_TIMEOUT, handshake)
+                    .await
+                    .map_err(|_| anyhow::anyhow!("no TLS handshake within {} s", REQUEST_TIMEOUT.as_secs()))?
+                    .context("TLS handshake")?;
+                http_handshake(stream).await?
+            }
+        };
         self.sender = Some(sender);
         Ok(self.sender.as_mut().expect("just set"))
     }
@@ -125,6 +164,9 @@ impl Connection {
             .header("host", self.addr.to_string());
         if !body.is_empty() {
             request = request.header("content-type", "application/json");
+        }
+        if self.transport.connection_per_request {
+            request = request.header("connection", "close");
         }
         for (name, value) in &target.headers {
             request = request.header(name.as_str(), value.as_str());
@@ -149,16 +191,30 @@ impl Connection {
             .get("connection")
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         let bytes = response.into_body().collect().await?.to_bytes();
-        if close {
+        if close || self.transport.connection_per_request {
             self.sender = None;
         }
         Ok((status, bytes))
     }
 }
 
+/// An HTTP/1.1 client connection on `io`, its driver spawned.
+async fn http_handshake<IO>(io: IO) -> Result<SendRequest<Full<Bytes>>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .context("HTTP handshake")?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
 /// Send one request on a fresh connection (probes, version checks).
 pub async fn one(target: &Target, body: Bytes) -> Result<(u16, Bytes)> {
-    Connection::new(target.addr).exchange(target, body).await
+    Connection::new(target).exchange(target, body).await
 }
 
 /// A reusable single connection (pollers).
@@ -170,7 +226,7 @@ pub struct Client {
 impl Client {
     pub fn new(target: Target) -> Client {
         Client {
-            connection: Connection::new(target.addr),
+            connection: Connection::new(&target),
             target,
         }
     }
@@ -217,7 +273,7 @@ pub async fn closed_loop(
         .map(|conn| {
             let target = target.clone();
             tokio::spawn(async move {
-                let mut connection = Connection::new(target.addr);
+                let mut connection = Connection::new(&target);
                 let mut segment = Segment::empty();
                 let mut seq = seq_base;
                 loop {
@@ -260,7 +316,7 @@ pub async fn fixed_rate(
         .map(|conn| {
             let target = target.clone();
             tokio::spawn(async move {
-                let mut connection = Connection::new(target.addr);
+                let mut connection = Connection::new(&target);
                 let mut segment = Segment::empty();
                 // Stagger the connections over one interval.
                 let mut scheduled = start + interval.mul_f64(conn as f64 / connections as f64);

@@ -6,6 +6,7 @@
 //! of requests per CPU-second of each server process) are the result.
 
 mod a2a;
+mod accounting;
 mod ceiling;
 mod crowd;
 mod fixture;
@@ -19,6 +20,8 @@ mod report;
 mod rounds;
 mod rows;
 mod settings;
+mod tls;
+mod wasmtime_serve;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,7 +42,7 @@ struct Cli {
     /// A few seconds in all, no Python peers: checks the harness still works (CI).
     #[arg(long)]
     smoke: bool,
-    /// Rows to run (1-15), comma-separated; default all.
+    /// Rows to run (1-17), comma-separated; default all.
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// Seconds of measured load per segment.
@@ -64,19 +67,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The ceiling of row 1: a bare axum server answering POST with fixed bytes.
+    /// The ceiling of row 1: a bare axum server answering POST with fixed bytes (HTTPS for row 17).
     Ceiling {
         #[arg(long)]
         port: u16,
         #[arg(long)]
         body_file: PathBuf,
+        /// Serve HTTPS with this PEM certificate chain (row 17).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if let Some(Command::Ceiling { port, body_file }) = cli.command {
-        return ceiling::serve(port, &body_file);
+    if let Some(Command::Ceiling {
+        port,
+        body_file,
+        tls_cert,
+        tls_key,
+    }) = cli.command
+    {
+        return ceiling::serve(port, &body_file, tls_cert.as_deref().zip(tls_key.as_deref()));
     }
     let settings = if cli.smoke {
         Settings {
@@ -100,9 +115,9 @@ fn main() -> Result<()> {
     let wanted: Vec<u8> = if cli.rows.is_empty() {
         if cli.smoke {
             // No Python peers in smoke mode: their venvs take minutes to make.
-            vec![1, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+            vec![1, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
         } else {
-            (1..=15).collect()
+            (1..=17).collect()
         }
     } else {
         cli.rows.clone()

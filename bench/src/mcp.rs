@@ -120,6 +120,7 @@ pub async fn row12(settings: &Settings) -> Result<Row> {
     ];
     let notification = Target {
         addr: node.addr,
+        transport: Default::default(),
         path: PATH.into(),
         headers: headers.clone(),
         body: Arc::new(|_, _| Bytes::new()),
@@ -137,6 +138,7 @@ pub async fn row12(settings: &Settings) -> Result<Row> {
     }
     let target = Target {
         addr: node.addr,
+        transport: Default::default(),
         path: PATH.into(),
         headers,
         body: Arc::new(call),

@@ -63,6 +63,8 @@ pub async fn run_all(settings: &Settings, wanted: &[u8]) -> Result<Report> {
             13 => crate::crowd::row13(settings).await,
             14 => crate::crowd::row14(settings).await,
             15 => crate::fleet_publish::row15(settings).await,
+            16 => crate::wasmtime_serve::row16(settings).await,
+            17 => crate::tls::row17(settings).await,
             other => Err(anyhow!("there is no row {other}")),
         };
         let row = outcome.unwrap_or_else(|error| Row {
@@ -144,19 +146,27 @@ async fn row1(settings: &Settings) -> Result<Row> {
     let ratio = peak_node.rate() / peak_ceiling.rate().max(1e-9);
     let cpu_ratio = peak_node.per_cpu() / peak_ceiling.per_cpu().max(1e-9);
     let p99 = fixed_node.total.p(0.99);
-    // Issue 21: both ways of counting, per wall second and per CPU-second.
-    let met = ratio >= 0.5 && cpu_ratio >= 0.5 && p99 <= 2.0 && peak_node.total.failed == 0;
+    // Issue 42: judged against what the node would do with its own code at zero.
+    let profile = crate::accounting::profile(settings, &node_target, &node, &[]).await;
+    let judged = crate::accounting::judge(
+        settings,
+        &profile,
+        cpu_ratio,
+        peak_ceiling.per_cpu(),
+        peak_node.total.failed,
+    );
     Ok(Row {
         id: 1,
         measure: "Agora single-round request, Wasm plugin (unit-converter) vs bare axum handler (ceiling)"
             .into(),
         node: format!(
-            "{} req/s ({} req/CPU-s); at {} req/s: p50 {:.2} ms, p99 {:.2} ms",
+            "{} req/s ({} req/CPU-s); at {} req/s: p50 {:.2} ms, p99 {:.2} ms{}",
             fmt_rate(peak_node.rate()),
             fmt_rate(peak_node.per_cpu()),
             fmt_rate(half),
             fixed_node.total.p(0.5),
-            p99
+            p99,
+            judged.node
         ),
         comparison: format!(
             "{} req/s ({} req/CPU-s); at {} req/s: p50 {:.2} ms, p99 {:.2} ms",
@@ -167,18 +177,20 @@ async fn row1(settings: &Settings) -> Result<Row> {
             fixed_ceiling.total.p(0.99)
         ),
         ratio: format!(
-            "{:.0} % of ceiling throughput ({:.0} % per CPU-s)",
+            "{:.0} % of ceiling throughput ({:.0} % per CPU-s){}",
             ratio * 100.0,
-            cpu_ratio * 100.0
+            cpu_ratio * 100.0,
+            judged.ratio
         ),
-        target: "≥ 50 % of ceiling, per second and per CPU-s; p99 ≤ 2 ms at half peak".into(),
-        status: verdict(settings, met),
+        target: "≥ 90 % of its stack bound (per CPU-s)".into(),
+        status: judged.status,
         raw: json!({
             "peak": {"node": peak_node.json(), "ceiling": peak_ceiling.json()},
             "half_peak_rate": half,
             "fixed_rate": {"node": fixed_node.json(), "ceiling": fixed_ceiling.json()},
             "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
             "node_rss_mb": node.rss_mb(), "ceiling_rss_mb": ceiling.rss_mb(),
+            "accounting": judged.raw,
         }),
     })
 }
@@ -305,6 +317,25 @@ fn crypto_floor<T>(operation: impl Fn() -> T, seconds: f64) -> (f64, f64) {
     (count as f64 / wall, count as f64 / cpu_used)
 }
 
+/// Row 3's floor (`floor::verify_and_sign`) in the node's function names: the
+/// strict parse, JCS signing input, Ed25519 and SHA-512 of a verify and a sign.
+const ENVELOPE_FLOOR: &[&str] = &[
+    "ed25519",
+    "curve25519",
+    "sha2::sha512",
+    "agora_node::crypto::jcs::",
+    "agora_node::crypto::envelope::verify_bytes",
+    "agora_node::crypto::envelope::verify_value",
+    "agora_node::crypto::envelope::signing_input",
+    "agora_node::crypto::envelope::sign",
+    "agora_node::crypto::envelope::decode_signature",
+    "agora_node::crypto::envelope::SigningView",
+    "agora_node::crypto::envelope::SenderView",
+    "agora_node::crypto::identity::parse_sender_id",
+    "agora_node::crypto::identity::parse_did_key_value",
+    "agora_node::crypto::identity::key_from_bytes",
+];
+
 async fn row3(settings: &Settings) -> Result<Row> {
     let data = temp_dir()?;
     let (node, _) = procs::start_node(&NodeSpec {
@@ -322,6 +353,7 @@ async fn row3(settings: &Settings) -> Result<Row> {
     let make = keys.clone();
     let target = Target {
         addr: node.addr,
+        transport: Default::default(),
         path: "/envelopes".into(),
         headers: Vec::new(),
         // Every request is a fresh envelope (new id, current time) signed by its connection's agent.
@@ -367,30 +399,34 @@ async fn row3(settings: &Settings) -> Result<Row> {
     }
     let floor_per_core = floor_cpu.iter().sum::<f64>() / floor_cpu.len() as f64;
     let ratio = node_side.per_cpu() / floor_per_core.max(1e-9);
+    let profile = crate::accounting::profile(settings, &target, &node, ENVELOPE_FLOOR).await;
+    let judged = crate::accounting::judge(settings, &profile, ratio, floor_per_core, node_side.total.failed);
     Ok(Row {
         id: 3,
         measure:
             "Signed envelope REQUEST → RESULT over HTTP (agora:sum:v1) vs Ed25519 verify + sign + JCS (floor)"
                 .into(),
         node: format!(
-            "{} connections: {} req/s on {:.2} cores = {} req/CPU-s; p50 {:.2} ms, p99 {:.2} ms; {} failed",
+            "{} connections: {} req/s on {:.2} cores = {} req/CPU-s; p50 {:.2} ms, p99 {:.2} ms; {} failed{}",
             settings.connections,
             fmt_rate(node_side.rate()),
             node_side.cpu_seconds / node_side.total.elapsed.as_secs_f64().max(1e-9),
             fmt_rate(node_side.per_cpu()),
             node_side.total.p(0.5),
             node_side.total.p(0.99),
-            node_side.total.failed
+            node_side.total.failed,
+            judged.node
         ),
         comparison: format!("{} verify+sign/CPU-s (one core)", fmt_rate(floor_per_core)),
-        ratio: format!("{:.0} % of the floor per core", ratio * 100.0),
-        target: "≥ 70 % of the floor per core".into(),
-        status: verdict(settings, ratio >= 0.7 && node_side.total.failed == 0),
+        ratio: format!("{:.0} % of the floor per core{}", ratio * 100.0, judged.ratio),
+        target: "≥ 90 % of its stack bound (per CPU-s)".into(),
+        status: judged.status,
         raw: json!({
             "node": node_side.json(),
             "floor_per_cpu_second": floor_cpu, "floor_per_wall_second": floor_wall,
             "floor_per_core": floor_per_core, "per_core_ratio": ratio,
             "request_bytes": request_bytes.len(), "reply_bytes": reply.len(),
+            "accounting": judged.raw,
             "node_log_tail": node.log_tail(),
         }),
     })
@@ -410,6 +446,7 @@ fn now_secs() -> u64 {
 fn uagents_target(server: &Server, to: String, senders: Arc<Vec<AgentIdentity>>) -> Target {
     Target {
         addr: server.addr,
+        transport: Default::default(),
         path: "/submit".into(),
         headers: vec![("x-uagents-connection".into(), "sync".into())],
         body: Arc::new(move |conn, seq| {
@@ -441,6 +478,11 @@ fn echo_reply_text(body: &[u8]) -> Option<String> {
     let payload: Value = serde_json::from_str(&envelope.decode_payload().ok()?).ok()?;
     payload["text"].as_str().map(String::from)
 }
+
+/// Row 4's floor (`floor::uagents_verify_and_sign`) in the node's function
+/// names: the envelope's reading, its SHA-256 digest, libsecp256k1 (its C
+/// symbols are `rustsecp256k1_v…`) and the address decoding of a verify and a sign.
+const UAGENTS_FLOOR: &[&str] = &["secp256k1", "sha2::", "bech32::", "agora_node::crypto::uagents::"];
 
 async fn row4(settings: &Settings) -> Result<Row> {
     let python = procs::python_venv("uagents", &["uagents==0.26.1"])?;
@@ -505,6 +547,7 @@ async fn row4(settings: &Settings) -> Result<Row> {
     .await;
     let ratio = a.rate() / b.rate().max(1e-9);
     let cpu_ratio = a.per_cpu() / b.per_cpu().max(1e-9);
+    let profile = crate::accounting::profile(settings, &node_target, &node, UAGENTS_FLOOR).await;
 
     // Its own floor, measured like row 3's: verify one of the driver's requests
     // and sign the node's reply (re-signed by an identity of ours), on one thread.
@@ -522,16 +565,18 @@ async fn row4(settings: &Settings) -> Result<Row> {
     }
     let floor_per_core = floor_cpu.iter().sum::<f64>() / floor_cpu.len() as f64;
     let floor_ratio = a.per_cpu() / floor_per_core.max(1e-9);
+    let judged = crate::accounting::judge(settings, &profile, floor_ratio, floor_per_core, a.total.failed);
     Ok(Row {
         id: 4,
         measure: "uAgents /submit sync echo (uagents-echo plugin) vs a real uAgent (uagents 0.26.1)".into(),
         node: format!(
-            "{} connections: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms",
+            "{} connections: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms{}",
             settings.connections,
             fmt_rate(a.rate()),
             fmt_rate(a.per_cpu()),
             a.total.p(0.5),
             a.total.p(0.99),
+            judged.node
         ),
         comparison: format!(
             "{} connections: {} req/s ({} req/CPU-s), p50 {:.2} ms, p99 {:.2} ms",
@@ -542,18 +587,18 @@ async fn row4(settings: &Settings) -> Result<Row> {
             b.total.p(0.99),
         ),
         ratio: format!(
-            "{ratio:.1}× ({cpu_ratio:.1}× per CPU-s); {:.0} % of its floor per core ({} verify+sign/CPU-s)",
+            "{ratio:.1}× ({cpu_ratio:.1}× per CPU-s); {:.0} % of its floor per core ({} verify+sign/CPU-s){}",
             floor_ratio * 100.0,
-            fmt_rate(floor_per_core)
+            fmt_rate(floor_per_core),
+            judged.ratio
         ),
-        target: "≥ 30×, per second and per CPU-s; ≥ 50 % of the floor per core".into(),
-        status: verdict(
-            settings,
-            ratio >= 30.0 && cpu_ratio >= 30.0 && floor_ratio >= 0.5 && a.total.failed == 0,
-        ),
+        // Issue 42: the ratio to a real uAgent stays a measured comparison.
+        target: "≥ 90 % of its stack bound; ratio to a real uAgent measured".into(),
+        status: judged.status,
         raw: json!({
             "node": a.json(), "uagent": b.json(), "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
             "floor_per_cpu_second": floor_cpu, "floor_per_core": floor_per_core, "floor_ratio": floor_ratio,
+            "accounting": judged.raw,
         }),
     })
 }

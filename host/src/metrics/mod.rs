@@ -8,11 +8,20 @@
 //! Every label value comes from a bounded set: routes are the templates the
 //! node mounts (or `unmatched`), never a raw path a client chose; methods are
 //! the standard ones (or `other`).
+//!
+//! The counters every request and every plugin call touch are kept as
+//! [`Resolved`] handles: a family's own lookup builds an owned label set (a
+//! `String` per label) and hashes it on every call, which issue 42 measured on
+//! the Agora hot path; a resolved handle is found by its route or plugin name
+//! alone and allocates nothing after the first time.
 
 pub mod recent;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -147,6 +156,53 @@ pub struct MetricFamilies {
     pub a2a_push_pending: Gauge,
     /// The last fifteen minutes, for the console ([`recent`]).
     pub recent: Recent,
+    /// `http_requests` and `http_duration` by route template.
+    http_handles: Resolved<(&'static str, u16), (Counter, Histogram)>,
+    /// `calls` and `latency` by plugin.
+    call_handles: Resolved<(&'static str, &'static str), (Counter, Histogram)>,
+}
+
+/// Metric handles resolved once per label set and kept under their first label
+/// (a route, a plugin), so a hit is one read lock, one hash of that label and a
+/// short scan, without allocating. Bounded as the families are: by the label sets
+/// the node makes, never by what a client sends.
+struct Resolved<K, M> {
+    by_name: RwLock<HandlesByName<K, M>>,
+}
+
+/// A name's handles, each under the rest of its label set.
+type HandlesByName<K, M> = HashMap<Box<str>, Vec<(K, M)>>;
+
+impl<K, M> Default for Resolved<K, M> {
+    fn default() -> Self {
+        Resolved {
+            by_name: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Copy + PartialEq, M> Resolved<K, M> {
+    /// Run `use_handle` on the handle of (`name`, `rest`), resolving it first if new.
+    fn with(&self, name: &str, rest: K, resolve: impl FnOnce() -> M, use_handle: impl FnOnce(&M)) {
+        if let Some(handle) = self
+            .by_name
+            .read()
+            .get(name)
+            .and_then(|handles| handles.iter().find(|(key, _)| *key == rest))
+        {
+            use_handle(&handle.1);
+            return;
+        }
+        let mut by_name = self.by_name.write();
+        let handles = by_name.entry(name.into()).or_default();
+        if let Some(handle) = handles.iter().find(|(key, _)| *key == rest) {
+            use_handle(&handle.1);
+            return;
+        }
+        let handle = resolve();
+        use_handle(&handle);
+        handles.push((rest, handle));
+    }
 }
 
 impl Default for Metrics {
@@ -285,12 +341,14 @@ impl Metrics {
             traps,
             events_dropped,
             recent: Recent::default(),
+            http_handles: Resolved::default(),
+            call_handles: Resolved::default(),
         }))
     }
 
     pub fn observe_call(
         &self,
-        transport: &str,
+        transport: &'static str,
         plugin: &str,
         result: &Result<String, InvokeError>,
         elapsed: Duration,
@@ -303,22 +361,45 @@ impl Metrics {
     }
 
     /// Count one call by its outcome label (`ok`, or [`InvokeError::outcome`]).
-    pub fn observe_outcome(&self, transport: &str, plugin: &str, outcome: &str, elapsed: Duration) {
-        let labels = CallLabels {
-            transport: transport.into(),
-            plugin: plugin.into(),
-            outcome: outcome.into(),
-        };
+    pub fn observe_outcome(
+        &self,
+        transport: &'static str,
+        plugin: &str,
+        outcome: &'static str,
+        elapsed: Duration,
+    ) {
         if matches!(outcome, "timeout" | "memory" | "trap" | "output_too_large") {
-            self.traps.get_or_create(&labels).inc();
+            self.traps
+                .get_or_create(&CallLabels {
+                    transport: transport.into(),
+                    plugin: plugin.into(),
+                    outcome: outcome.into(),
+                })
+                .inc();
         }
-        self.calls.get_or_create(&labels).inc();
-        self.latency
-            .get_or_create(&LatencyLabels {
-                transport: transport.into(),
-                plugin: plugin.into(),
-            })
-            .observe(elapsed.as_secs_f64());
+        let resolve = || {
+            let calls = self
+                .calls
+                .get_or_create(&CallLabels {
+                    transport: transport.into(),
+                    plugin: plugin.into(),
+                    outcome: outcome.into(),
+                })
+                .clone();
+            let latency = self
+                .latency
+                .get_or_create(&LatencyLabels {
+                    transport: transport.into(),
+                    plugin: plugin.into(),
+                })
+                .clone();
+            (calls, latency)
+        };
+        self.call_handles
+            .with(plugin, (transport, outcome), resolve, |(calls, latency)| {
+                calls.inc();
+                latency.observe(elapsed.as_secs_f64());
+            });
         self.recent
             .observe_call(plugin, outcome, elapsed, crate::vocab::now_ms());
     }
@@ -376,19 +457,29 @@ impl Metrics {
     /// Count one HTTP request. `route` is the matched template or [`UNMATCHED_ROUTE`].
     pub fn observe_http(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
         let method = method_label(method);
-        self.http_requests
-            .get_or_create(&HttpLabels {
-                route: route.into(),
-                method,
-                status,
-            })
-            .inc();
-        self.http_duration
-            .get_or_create(&HttpRouteLabels {
-                route: route.into(),
-                method,
-            })
-            .observe(elapsed.as_secs_f64());
+        let resolve = || {
+            let requests = self
+                .http_requests
+                .get_or_create(&HttpLabels {
+                    route: route.into(),
+                    method,
+                    status,
+                })
+                .clone();
+            let duration = self
+                .http_duration
+                .get_or_create(&HttpRouteLabels {
+                    route: route.into(),
+                    method,
+                })
+                .clone();
+            (requests, duration)
+        };
+        self.http_handles
+            .with(route, (method, status), resolve, |(requests, duration)| {
+                requests.inc();
+                duration.observe(elapsed.as_secs_f64());
+            });
     }
 
     /// The OpenMetrics text exposition.
@@ -419,5 +510,32 @@ mod tests {
             text.contains(r#"agora_http_request_duration_seconds_count{route="/agora",method="other"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn resolved_handles_count_into_the_same_series_as_the_families() {
+        let metrics = Metrics::new();
+        for _ in 0..3 {
+            metrics.observe_http("/agora", "POST", 200, Duration::from_millis(1));
+        }
+        metrics.observe_http("/agora", "POST", 400, Duration::from_millis(1));
+        metrics.observe_http("/a2a", "POST", 200, Duration::from_millis(1));
+        metrics.observe_outcome("agora", "unit-converter", "ok", Duration::from_millis(1));
+        metrics.observe_outcome("agora", "unit-converter", "ok", Duration::from_millis(1));
+        metrics.observe_outcome("mcp", "unit-converter", "timeout", Duration::from_millis(1));
+        let text = metrics.render();
+        for line in [
+            r#"agora_http_requests_total{route="/agora",method="POST",status="200"} 3"#,
+            r#"agora_http_requests_total{route="/agora",method="POST",status="400"} 1"#,
+            r#"agora_http_requests_total{route="/a2a",method="POST",status="200"} 1"#,
+            r#"agora_http_request_duration_seconds_count{route="/agora",method="POST"} 4"#,
+            r#"agora_plugin_calls_total{transport="agora",plugin="unit-converter",outcome="ok"} 2"#,
+            r#"agora_plugin_calls_total{transport="mcp",plugin="unit-converter",outcome="timeout"} 1"#,
+            r#"agora_plugin_traps_total{transport="mcp",plugin="unit-converter",outcome="timeout"} 1"#,
+            r#"agora_plugin_call_seconds_count{transport="agora",plugin="unit-converter"} 2"#,
+            r#"agora_plugin_call_seconds_count{transport="mcp",plugin="unit-converter"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 }

@@ -13,18 +13,25 @@
 //!
 //! These layers sit outside the body limit and the timeout, so the 413s and
 //! 408s the node's own layers answer are counted and logged like any other.
+//!
+//! The id, the span and the metrics are one service ([`Observe`]) with one
+//! future per request, not five stacked middlewares each wrapping the request
+//! in its own future (two of them boxed, each with its own clock reading):
+//! issue 42 measured that stack on the Agora hot path. The span's fields are
+//! filled only when its level is enabled.
 
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, Response};
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderName, HeaderValue, Method, Response};
 use axum::middleware::{self, Next};
-use tower::ServiceBuilder;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
-use tracing::Span;
+use tracing::{Instrument as _, Span};
+use uuid::Uuid;
 
 use crate::metrics::{Metrics, UNMATCHED_ROUTE};
 
@@ -34,21 +41,64 @@ const MAX_CLIENT_ID_LEN: usize = 64;
 
 /// `router` with request ids, per-request spans and HTTP metrics around it.
 pub fn layer(router: Router, metrics: Metrics) -> Router {
-    router.layer(
-        ServiceBuilder::new()
-            .layer(middleware::map_request(drop_insane_request_id))
-            .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-            .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-            .layer(
-                TraceLayer::new_for_http()
-                    .make_span_with(request_span)
-                    .on_request(())
-                    .on_response(log_response)
-                    // `log_response` already logs 5xx; a failed body stream is the client's hang-up.
-                    .on_failure(()),
-            )
-            .layer(middleware::from_fn_with_state(metrics, count)),
-    )
+    router.layer(ObserveLayer { metrics })
+}
+
+#[derive(Clone)]
+struct ObserveLayer {
+    metrics: Metrics,
+}
+
+impl<S> tower::Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// One request's id, span and metrics around the route that answers it.
+#[derive(Clone)]
+struct Observe<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+impl<S> tower::Service<Request> for Observe<S>
+where
+    S: tower::Service<Request, Response = Response<Body>, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let started = Instant::now();
+        let id = keep_or_make_request_id(&mut request);
+        // The template is shared with the router: cloning it copies no string.
+        let route = request.extensions().get::<MatchedPath>().cloned();
+        let method = request.method().clone();
+        let span = request_span(&id, &method, route.as_ref());
+        let answer = span.in_scope(|| self.inner.call(request));
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let Ok(mut response) = answer.instrument(span.clone()).await;
+            let latency = started.elapsed();
+            let route = route.as_ref().map_or(UNMATCHED_ROUTE, MatchedPath::as_str);
+            metrics.observe_http(route, method.as_str(), response.status().as_u16(), latency);
+            log_response(&response, latency, &span);
+            response.headers_mut().insert(REQUEST_ID, id);
+            Ok(response)
+        })
+    }
 }
 
 /// `router`, one protocol's routes, with every request counted under `protocol`
@@ -78,36 +128,29 @@ fn is_sane_request_id(value: &HeaderValue) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
 }
 
-async fn drop_insane_request_id(mut request: Request) -> Request {
-    let ids = request.headers().get_all(&REQUEST_ID);
-    let sane = {
-        let mut ids = ids.iter();
-        matches!((ids.next(), ids.next()), (Some(id), None) if is_sane_request_id(id))
-    };
-    if !sane {
-        request.headers_mut().remove(&REQUEST_ID);
+/// The request's id: the client's when it sent one sane id, else a new UUID,
+/// written into the request so handlers and plugins see the same one.
+fn keep_or_make_request_id(request: &mut Request) -> HeaderValue {
+    let mut ids = request.headers().get_all(&REQUEST_ID).iter();
+    if let (Some(id), None) = (ids.next(), ids.next())
+        && is_sane_request_id(id)
+    {
+        return id.clone();
     }
-    request
+    let mut text = Uuid::encode_buffer();
+    let made = Uuid::new_v4().hyphenated().encode_lower(&mut text);
+    let id = HeaderValue::from_str(made).unwrap_or_else(|_| HeaderValue::from_static("invalid"));
+    request.headers_mut().insert(REQUEST_ID, id.clone());
+    id
 }
 
-fn route_of(request: &Request) -> &str {
-    request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or(UNMATCHED_ROUTE, MatchedPath::as_str)
-}
-
-fn request_span(request: &Request) -> Span {
-    let id = request
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(|id| id.to_str().ok())
-        .unwrap_or_default();
+/// The request's span; disabled (and free of formatting) unless `info` is on here.
+fn request_span(id: &HeaderValue, method: &Method, route: Option<&MatchedPath>) -> Span {
     tracing::info_span!(
         "request",
-        request_id = id,
-        method = %request.method(),
-        route = route_of(request),
+        request_id = id.to_str().unwrap_or_default(),
+        method = %method,
+        route = route.map_or(UNMATCHED_ROUTE, MatchedPath::as_str),
         status = tracing::field::Empty,
         latency_ms = tracing::field::Empty,
     )
@@ -115,27 +158,15 @@ fn request_span(request: &Request) -> Span {
 
 fn log_response(response: &Response<Body>, latency: Duration, span: &Span) {
     let status = response.status().as_u16();
-    span.record("status", status);
-    span.record("latency_ms", latency.as_millis() as u64);
+    if !span.is_disabled() {
+        span.record("status", status);
+        span.record("latency_ms", latency.as_millis() as u64);
+    }
     match status {
         500.. => tracing::warn!(status, "request failed"),
         400..500 => tracing::info!(status, "request refused"),
         _ => tracing::debug!(status, "request served"),
     }
-}
-
-async fn count(State(metrics): State<Metrics>, request: Request, next: Next) -> Response<Body> {
-    let route = route_of(&request).to_string();
-    let method = request.method().clone();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    metrics.observe_http(
-        &route,
-        method.as_str(),
-        response.status().as_u16(),
-        started.elapsed(),
-    );
-    response
 }
 
 #[cfg(test)]
