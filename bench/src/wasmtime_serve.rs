@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use serde_json::json;
+use serde_json::{Value, json};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -135,24 +135,45 @@ async fn against_cli(
         Shape::Closed,
     )
     .await;
+    Ok(judged(
+        settings,
+        (&node_side, &peer_side),
+        format!("({version})"),
+        "",
+        json!({
+            "wasmtime_serve": peer_side.json(),
+            "wasmtime_version": version, "wasmtime_flags": flags,
+            "node_rss_mb": node.1.rss_mb(), "wasmtime_rss_mb": peer.rss_mb(),
+        }),
+    ))
+}
+
+/// Row 16 from the node's and the peer's sides, the same for the CLI and the
+/// stand-in: `peer_note` follows the peer's rates, `ratio_note` the ratios, and
+/// `raw` is merged into the row's JSON.
+fn judged(
+    settings: &Settings,
+    (node_side, peer_side): (&Side, &Side),
+    peer_note: String,
+    ratio_note: &str,
+    mut raw: Value,
+) -> Row {
     let ratio = node_side.rate() / peer_side.rate().max(1e-9);
     let cpu_ratio = node_side.per_cpu() / peer_side.per_cpu().max(1e-9);
     let failed = node_side.total.failed + peer_side.total.failed;
-    Ok(Row {
+    raw["node"] = node_side.json();
+    raw["throughput_ratio"] = json!(ratio);
+    raw["per_cpu_ratio"] = json!(cpu_ratio);
+    Row {
         id: 16,
         measure: MEASURE.into(),
-        node: rates(&node_side),
-        comparison: format!("{} ({version})", rates(&peer_side)),
-        ratio: format!("{ratio:.2}× per second, {cpu_ratio:.2}× per CPU-s"),
+        node: rates(node_side),
+        comparison: format!("{} {peer_note}", rates(peer_side)),
+        ratio: format!("{ratio:.2}× per second, {cpu_ratio:.2}× per CPU-s{ratio_note}"),
         target: TARGET.into(),
         status: status(settings, failed, ratio >= 1.0 && cpu_ratio >= 1.0),
-        raw: json!({
-            "node": node_side.json(), "wasmtime_serve": peer_side.json(),
-            "wasmtime_version": version, "wasmtime_flags": flags,
-            "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
-            "node_rss_mb": node.1.rss_mb(), "wasmtime_rss_mb": peer.rss_mb(),
-        }),
-    })
+        raw,
+    }
 }
 
 fn cli_version(cli: &Path) -> Result<String> {
@@ -230,28 +251,19 @@ async fn against_stand_in(settings: &Settings, component: &Path, node: (&Target,
         stand_in_side.cpu_seconds += stand_in.cpu_seconds() - cpu_before;
         stand_in_side.total.merge(&measured);
     }
-    let ratio = node_side.rate() / stand_in_side.rate().max(1e-9);
-    let cpu_ratio = node_side.per_cpu() / stand_in_side.per_cpu().max(1e-9);
-    let failed = node_side.total.failed + stand_in_side.total.failed;
-    Ok(Row {
-        id: 16,
-        measure: MEASURE.into(),
-        node: rates(&node_side),
-        comparison: format!(
-            "{} (in-process stand-in: the component on the harness's wasmtime 48, pooling \
-             allocator; wasmtime-cli is not built in smoke runs)",
-            rates(&stand_in_side)
-        ),
-        ratio: format!("{ratio:.2}× per second, {cpu_ratio:.2}× per CPU-s (stand-in)"),
-        target: TARGET.into(),
-        status: status(settings, failed, ratio >= 1.0 && cpu_ratio >= 1.0),
-        raw: json!({
-            "node": node_side.json(), "stand_in": stand_in_side.json(),
+    Ok(judged(
+        settings,
+        (&node_side, &stand_in_side),
+        "(in-process stand-in: the component on the harness's wasmtime 48, pooling \
+         allocator; wasmtime-cli is not built in smoke runs)"
+            .into(),
+        " (stand-in)",
+        json!({
+            "stand_in": stand_in_side.json(),
             "wasmtime_version": "48 (in-process stand-in: the harness's wasmtime crate, the node's features)",
             "wasmtime_flags": serve_flags(),
-            "throughput_ratio": ratio, "per_cpu_ratio": cpu_ratio,
         }),
-    })
+    ))
 }
 
 /// Names the stand-in's threads, so their CPU time can be told from the load
