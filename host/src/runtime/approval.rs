@@ -785,9 +785,11 @@ mod tests {
         let round = rounds.mint(&asked).await.expect("minted");
         let id = round.asked.approval_id.clone();
         let approve = || ApprovalOutcome::Approved;
-        let mut forged = round.state.clone();
-        forged.pop();
-        forged.push(if round.state.ends_with('A') { 'B' } else { 'A' });
+        // Change the signature's first character: the last one carries two
+        // padding bits, so changing it may make the text malformed, not forged.
+        let (signed, signature) = round.state.rsplit_once('.').expect("signed.signature");
+        let first = if signature.starts_with('A') { 'B' } else { 'A' };
+        let forged = format!("{signed}.{first}{}", &signature[1..]);
         let other_arguments = serde_json::json!({"inspection_id": "INS-2"});
         let changed_tool = RoundQuestion {
             description: "changed by a reload",
