@@ -465,6 +465,18 @@ fn multiround_conversation_lifecycle() {
     );
     assert!(transport_error(&reply, 400).contains("protocol cannot change"));
 
+    // Every round waited for its writes to be durable, and `/metrics` says how long.
+    let metrics = get(&node.url("/metrics")).body;
+    let commits = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("agora_store_commit_wait_seconds_count "))
+        .and_then(|count| count.trim().parse::<f64>().ok());
+    assert!(
+        commits.is_some_and(|count| count >= guesses.len() as f64),
+        "{} rounds, commits {commits:?}: {metrics}",
+        guesses.len()
+    );
+
     // End it; it is gone afterwards.
     let ended = delete(&node.url(&format!("/agora/conversations/{id}")));
     assert_eq!(ended.status, 200);

@@ -1,7 +1,7 @@
 //! Prometheus metrics served at `GET /metrics`: plugin calls by transport,
 //! plugin and outcome, their latency, reloads, traps and dropped events, and
-//! the listeners' open and refused connections, and HTTP requests by route
-//! template, method and status.
+//! the listeners' open and refused connections, HTTP requests by route
+//! template, method and status, and how long writes waited to be durable.
 //!
 //! The console's charts read [`recent`], which the same calls feed.
 //!
@@ -154,6 +154,9 @@ pub struct MetricFamilies {
     pub a2a_push_deliveries: Family<OutcomeLabels, Counter>,
     /// A2A push deliveries owed, as this node's last look at the outbox found them.
     pub a2a_push_pending: Gauge,
+    /// How long each durable commit waited (the embedded store's group
+    /// commit; a shared store's writes are durable when they return).
+    pub store_commit_wait: Histogram,
     /// The last fifteen minutes, for the console ([`recent`]).
     pub recent: Recent,
     /// `http_requests` and `http_duration` by route template.
@@ -320,8 +323,15 @@ impl Metrics {
             "A2A push notification deliveries owed, at this node's last look",
             a2a_push_pending.clone(),
         );
+        let store_commit_wait = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
+        registry.register(
+            "store_commit_wait_seconds",
+            "Time a write waited to be durable: the embedded store's group commit, one round or two",
+            store_commit_wait.clone(),
+        );
         Metrics(Arc::new(MetricFamilies {
             registry,
+            store_commit_wait,
             a2a_push_deliveries,
             a2a_push_pending,
             llm_calls,

@@ -82,7 +82,11 @@ impl Node {
         std::fs::create_dir_all(&config.plugins.dir).map_err(|e| {
             NodeError::Runtime(format!("cannot create {}: {e}", config.plugins.dir.display()))
         })?;
-        let store = open_store(&config).await?;
+        let metrics = Metrics::new();
+        let commit_wait = metrics.store_commit_wait.clone();
+        let store = open_store(&config)
+            .await?
+            .observing_commits(Arc::new(move |waited| commit_wait.observe(waited.as_secs_f64())));
         let config = if store.is_shared() && config.uagents.seed.is_empty() {
             // The fleet is one uAgent: every node signs as the address of one seed.
             let mut shared = (*config).clone();
@@ -93,7 +97,6 @@ impl Node {
         } else {
             config
         };
-        let metrics = Metrics::new();
         let runtime = Runtime::new(config.clone(), store.clone(), metrics.clone())
             .map_err(|e| NodeError::Runtime(format!("{e:#}")))?;
         let background = Background::new();

@@ -273,7 +273,12 @@ impl Collection {
 pub struct Store {
     backend: Arc<dyn Backend>,
     max_history_bytes: u64,
+    commit_observer: Option<CommitObserver>,
 }
+
+/// Told how long each [`Store::commit`] waited. The store sits below the
+/// node's metrics, so the node hands it this instead of the metrics.
+pub type CommitObserver = Arc<dyn Fn(std::time::Duration) + Send + Sync>;
 
 /// The typed value of an entry a backend returned.
 fn value_of<T: DeserializeOwned>(entry: Option<backend::RawEntry>) -> Result<Option<T>> {
@@ -291,6 +296,7 @@ impl Store {
         Store {
             backend,
             max_history_bytes: DEFAULT_MAX_HISTORY_BYTES,
+            commit_observer: None,
         }
     }
 
@@ -326,9 +332,22 @@ impl Store {
         self.backend.name() != "sled"
     }
 
+    /// Tell `observer` how long every commit waited: the durable-write wait
+    /// a turn, a task or a claim spends on the disk, which `/metrics` shows.
+    pub fn observing_commits(mut self, observer: CommitObserver) -> Store {
+        self.commit_observer = Some(observer);
+        self
+    }
+
     /// Wait until every write so far is durable.
     pub async fn commit(&self) -> Result<()> {
-        self.backend.commit().await
+        let Some(observer) = &self.commit_observer else {
+            return self.backend.commit().await;
+        };
+        let started = std::time::Instant::now();
+        let committed = self.backend.commit().await;
+        observer(started.elapsed());
+        committed
     }
 
     /// Whether the backend answers now.

@@ -602,6 +602,28 @@ async fn keyed_entries_are_read_back_by_key_until_they_expire(store: Store) {
     );
 }
 
+/// sled only: every commit, waiting on a flush or not, is told to the
+/// observer the node wires to `/metrics` (`agora_store_commit_wait_seconds`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_commit_is_told_to_the_commit_observer() {
+    let waits = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let told = waits.clone();
+    let store = Store::temporary()
+        .unwrap()
+        .observing_commits(Arc::new(move |waited| told.lock().unwrap().push(waited)));
+    store.commit().await.unwrap();
+    store.put(Collection::Sessions, b"s", &"v", None).await.unwrap();
+    store.commit().await.unwrap();
+    assert_eq!(waits.lock().unwrap().len(), 2);
+    let unobserved = Store::temporary().unwrap();
+    unobserved.commit().await.unwrap();
+    assert_eq!(
+        waits.lock().unwrap().len(),
+        2,
+        "another store's commits are its own"
+    );
+}
+
 /// sled only: keyed entries are journaled with the claims, so their commit
 /// flushes no tree; past the memory bound they go to the tree and still read
 /// back. (That the journal brings them back after a restart is
