@@ -26,10 +26,13 @@
 //!    named above them, `[unknown]`) is unattributed.
 //!
 //! Each group costs T × its share of the samples. The stack bound is what the
-//! node would do with ours and the unattributed rest at zero, 1e6 / (T − ours
-//! − unattributed) requests per CPU-second; a row meets its target when its
-//! share of its comparison is at least 90 % of the bound's share, both from
-//! the same run. perf missing or failing leaves the row's measurements as they
+//! node would do with ours and the unattributed rest at zero. perf's own
+//! overhead swells T in the profiled segment (by 4–29 % against the same
+//! row's unprofiled alternation, in the runs of issue 42), so the bound is
+//! taken from the profile's proportions, not its absolute µs: the node's
+//! measured share of its comparison ÷ the stack's fraction of T, (T − ours −
+//! unattributed) ÷ T. A row meets its target when it is at least 90 % of that
+//! bound, which is when the stack is at least 90 % of the node's CPU. perf missing or failing leaves the row's measurements as they
 //! are and its status "not measured": a profile is never a reason to lose a run.
 
 use std::collections::HashMap;
@@ -394,9 +397,11 @@ impl Accounting {
         self.t_us * samples as f64 / self.tally.samples.max(1) as f64
     }
 
-    /// Requests per CPU-second with ours and the unattributed rest at zero.
-    fn bound(&self) -> f64 {
-        1e6 / (self.t_us - self.us(Group::Ours) - self.us(Group::Unattributed)).max(1e-9)
+    /// The fraction of the node's CPU that is neither ours nor unattributed:
+    /// what is left of a request with our own code at zero.
+    fn stack_fraction(&self) -> f64 {
+        ((self.t_us - self.us(Group::Ours) - self.us(Group::Unattributed)) / self.t_us.max(1e-9))
+            .clamp(1e-9, 1.0)
     }
 
     /// Our functions by µs per request, most first.
@@ -431,7 +436,7 @@ impl Accounting {
             "samples_per_group": samples,
             "requests": self.requests, "failed": self.failed,
             "node_cpu_seconds": self.node_cpu_seconds,
-            "bound_per_cpu_second": self.bound(),
+            "stack_fraction": self.stack_fraction(),
             "top_ours_us_per_request": self.top_ours(10).iter()
                 .map(|(f, us)| json!({"function": f, "us": us})).collect::<Vec<_>>(),
             "perf_command": self.perf_command,
@@ -586,8 +591,8 @@ pub(crate) fn judge(
 ) -> Judged {
     match profile {
         Ok(accounting) => {
-            let bound_share = accounting.bound() / comparison.max(1e-9);
-            let of_bound = share / bound_share.max(1e-9);
+            let of_bound = accounting.stack_fraction();
+            let bound_share = share / of_bound;
             let top = accounting
                 .top_ours(3)
                 .iter()
@@ -809,23 +814,29 @@ agora-node  4246
             &[("a", 12), ("b", 5), ("c", 2), ("d", 1)],
         );
         assert!((accounting.us(Group::Ours) - 20.0).abs() < 1e-9);
-        assert!((accounting.bound() - 1e6 / 70.0).abs() < 1e-6);
+        assert!((accounting.stack_fraction() - 0.7).abs() < 1e-9);
         let top = accounting.top_ours(3);
         assert_eq!(top.iter().map(|(f, _)| *f).collect::<Vec<_>>(), ["a", "b", "c"]);
         assert!((top[0].1 - 12.0).abs() < 1e-9);
-        // Comparison 20,000/CPU-s: the bound is 71 % of it; the node at 10,000
-        // (50 %) is 70 % of its bound, missed; at 13,000 (65 %) 91 %, met.
+        // The node at 50 % of its comparison, with 70 % of its CPU the stack:
+        // its bound is 71 % of the comparison, and it is at 70 % of it, missed,
+        // whatever perf's overhead made T.
         let profile = Ok(accounting);
         let missed = judge(&full_run(), &profile, 0.5, 20_000.0, 0);
         assert_eq!(missed.status, "**missed**");
         assert!(missed.ratio.contains("bound 71 %"), "{}", missed.ratio);
         assert!(missed.ratio.contains("share = 70 % of bound"), "{}", missed.ratio);
         assert_eq!(missed.node, "<br>top ours: a 12.0 µs, b 5.0 µs, c 2.0 µs");
-        assert_eq!(judge(&full_run(), &profile, 0.65, 20_000.0, 0).status, "met");
-        assert_eq!(
-            judge(&full_run(), &profile, 0.65, 20_000.0, 1).status,
-            "**missed**"
-        );
+        // Ours 6 µs and unattributed 3 µs of 100: 91 % of the bound, met (not with a failure).
+        let lean = Ok(self::accounting(
+            100.0,
+            &[(Group::Ours, 6), (Group::Unattributed, 3), (Group::Http, 91)],
+            &[],
+        ));
+        let met = judge(&full_run(), &lean, 0.5, 20_000.0, 0);
+        assert_eq!(met.status, "met");
+        assert!(met.ratio.contains("bound 55 %"), "{}", met.ratio);
+        assert_eq!(judge(&full_run(), &lean, 0.5, 20_000.0, 1).status, "**missed**");
     }
 
     #[test]
