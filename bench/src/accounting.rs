@@ -32,8 +32,9 @@
 //! taken from the profile's proportions, not its absolute µs: the node's
 //! measured share of its comparison ÷ the stack's fraction of T, (T − ours −
 //! unattributed) ÷ T. A row meets its target when it is at least 90 % of that
-//! bound, which is when the stack is at least 90 % of the node's CPU. perf missing or failing leaves the row's measurements as they
-//! are and its status "not measured": a profile is never a reason to lose a run.
+//! bound, which is when the stack is at least 90 % of the node's CPU. perf
+//! missing or failing leaves the row's measurements as they are and its
+//! status "not measured": a profile is never a reason to lose a run.
 
 use std::collections::HashMap;
 use std::path::Path;

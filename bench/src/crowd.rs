@@ -128,8 +128,9 @@ pub(crate) async fn row13(settings: &Settings) -> Result<Row> {
     let (p50, p99) = (ms(&streams.first_chunk, 0.5), ms(&streams.first_chunk, 0.99));
     let mean_first_chunk = streams.first_chunk.mean() / 1000.0;
     let rate = streams.answers as f64 / streams.seconds.max(1e-9);
-    // Where the waiting is: the queue the node's rate implies, the plugin's own
-    // call, the node's CPU per answer, and how busy the driver's one thread was.
+    // Where the waiting is: the queue the node's rate implies, the answer's
+    // durable commits, the plugin's own call, the node's CPU per answer, and
+    // how busy the driver's one thread was.
     let queue_mean_ms = sessions as f64 / rate.max(1e-9) * 1000.0;
     let plugin_call_ms = waits.call_seconds / waits.calls.max(1.0) * 1000.0;
     let commits_per_answer = waits.commits / (streams.answers as f64).max(1.0);
